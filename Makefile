@@ -1,0 +1,37 @@
+# recur: `make demo` runs the main job end to end, `make test` runs every test.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test lint unit services venv bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev,spark]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+services:
+	scripts/ensure-services.sh
+
+demo: venv services
+	$(BIN)/recur demo
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: venv services lint
+	$(BIN)/pytest
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+bench: venv services
+	$(BIN)/python -m bench.run_all
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

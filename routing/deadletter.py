@@ -1,0 +1,95 @@
+"""Inspect and replay a bucket's dead-letter queue.
+
+A message reaches ``<bucket>.dead`` when its task failed for good (rejected:
+an error that is not retried, retries exhausted, a hard time limit) or when
+it was delivered ``max_deliveries`` times without finishing (its worker kept
+dying: ``delivery_limit``). The broker's ``x-death`` header says which; the
+task's exception, when it raised one, is in the result backend under its id.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kombu import Connection, Producer
+
+from config.buckets import Bucket
+from routing.queues import TASK_EXCHANGE
+
+#: Headers the broker adds on dead-lettering; dropped when a message is replayed.
+BROKER_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue",
+                  "x-first-death-reason", "x-delivery-count", "x-last-death-reason",
+                  "x-last-death-queue", "x-last-death-exchange")
+
+
+@dataclass(frozen=True)
+class DeadMessage:
+    """One dead-lettered task message, as an operator wants to see it."""
+
+    task_id: str
+    task: str
+    args: Any
+    reason: str
+    from_queue: str
+    error: str
+
+
+def _reason(headers: dict[str, Any]) -> tuple[str, str]:
+    deaths = headers.get("x-death") or [{}]
+    first = deaths[0]
+    reason = str(first.get("reason") or headers.get("x-first-death-reason") or "unknown")
+    return reason, str(first.get("queue") or headers.get("x-first-death-queue") or "")
+
+
+def _describe(raw: Any, error_of: Callable[[str], str]) -> DeadMessage:
+    headers = dict(raw.headers or {})
+    reason, queue = _reason(headers)
+    task_id = str(headers.get("id", ""))
+    try:
+        args = json.loads(raw.body)[0]
+    except (ValueError, TypeError, IndexError, KeyError):
+        args = raw.body
+    return DeadMessage(task_id=task_id, task=str(headers.get("task", "")), args=args,
+                       reason=reason, from_queue=queue, error=error_of(task_id))
+
+
+def list_dead(conn: Connection, bucket: Bucket, error_of: Callable[[str], str],
+              limit: int = 100) -> list[DeadMessage]:
+    """Up to ``limit`` dead messages of ``bucket``, oldest first, left in the queue."""
+    found: list[DeadMessage] = []
+    with conn.channel() as channel:
+        for _ in range(limit):
+            raw = channel.basic_get(bucket.dead_queue, no_ack=False)
+            if raw is None:
+                break
+            found.append(_describe(raw, error_of))
+        # Closing the channel without acking returns every message, in order.
+    return found
+
+
+def replay_dead(conn: Connection, bucket: Bucket, limit: int = 100) -> int:
+    """Move up to ``limit`` dead messages back to the bucket's queue; return how many.
+
+    Each is published (with confirms) before it is removed from the dead queue,
+    so a crash in between leaves a duplicate, never a loss.
+    """
+    moved = 0
+    with conn.channel() as channel:
+        producer = Producer(channel, exchange=TASK_EXCHANGE)
+        for _ in range(limit):
+            raw = channel.basic_get(bucket.dead_queue, no_ack=False)
+            if raw is None:
+                break
+            headers = {k: v for k, v in (raw.headers or {}).items() if k not in BROKER_HEADERS}
+            props = raw.properties
+            producer.publish(raw.body, routing_key=bucket.queue, headers=headers,
+                             content_type=props.get("content_type"),
+                             content_encoding=props.get("content_encoding"),
+                             correlation_id=props.get("correlation_id"),
+                             delivery_mode=2, retry=True)
+            channel.basic_ack(raw.delivery_tag)
+            moved += 1
+    return moved

@@ -1,0 +1,100 @@
+"""The message contract and the one function that validates it.
+
+A message is a JSON object::
+
+    {"id": str, "user_id": str, "bucket": "short"|"medium"|"long", "payload": <JSON>}
+
+where ``bucket`` may be replaced by ``"kind": str`` (mapped to a bucket by
+the settings). Every entry point (``apply_async``, the router, the worker, the
+seed job) calls :func:`validate_message`, so bad input is refused the same way
+everywhere, with an error naming the field that is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict
+
+from config.buckets import BUCKETS_BY_NAME
+from config.errors import InvalidMessage, UnknownBucket
+from config.settings import Settings, settings
+
+REQUIRED_STRINGS = ("id", "user_id")
+KNOWN_FIELDS = frozenset({"id", "user_id", "bucket", "kind", "payload"})
+MAX_ID_LENGTH = 200
+
+
+class Message(TypedDict):
+    """A validated message, with its bucket resolved."""
+
+    id: str
+    user_id: str
+    bucket: str
+    payload: Any
+    kind: NotRequired[str]
+
+
+def _require_string(message: Mapping[str, Any], name: str) -> str:
+    value = message.get(name)
+    if value is None:
+        raise InvalidMessage(name, "missing")
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidMessage(name, f"must be a non-empty string, got {value!r:.60}")
+    if len(value) > MAX_ID_LENGTH:
+        raise InvalidMessage(name, f"longer than {MAX_ID_LENGTH} characters")
+    return value
+
+
+def encoded_payload_size(payload: Any) -> int:
+    """Bytes of the payload as JSON; raises InvalidMessage if it is not JSON."""
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessage("payload", f"not a JSON value ({exc})") from exc
+    return len(text.encode())
+
+
+def resolve_bucket(message: Mapping[str, Any], cfg: Settings) -> str:
+    """The bucket a message runs in: its explicit ``bucket`` or its ``kind``'s."""
+    bucket, kind = message.get("bucket"), message.get("kind")
+    if bucket is not None and kind is not None:
+        raise InvalidMessage("bucket", "give either 'bucket' or 'kind', not both")
+    if bucket is not None:
+        if bucket not in BUCKETS_BY_NAME:
+            raise UnknownBucket("bucket", f"unknown bucket {bucket!r} "
+                                f"(known: {', '.join(BUCKETS_BY_NAME)})")
+        return str(bucket)
+    if kind is not None:
+        if not isinstance(kind, str) or kind not in cfg.kinds:
+            raise UnknownBucket("kind", f"unknown kind {kind!r} "
+                                f"(known: {', '.join(sorted(cfg.kinds))})")
+        return cfg.kinds[kind]
+    raise InvalidMessage("bucket", "missing: give 'bucket' or 'kind'")
+
+
+def validate_message(message: Any, cfg: Settings | None = None) -> Message:
+    """Check ``message`` against the contract and return it with its bucket.
+
+    Raises :class:`InvalidMessage` (or :class:`UnknownBucket`) naming the field.
+    """
+    cfg = cfg or settings()
+    if not isinstance(message, Mapping):
+        raise InvalidMessage("message", f"must be a JSON object, got {type(message).__name__}")
+    unknown = set(message) - KNOWN_FIELDS
+    if unknown:
+        raise InvalidMessage(sorted(unknown)[0], f"unknown field (allowed: "
+                             f"{', '.join(sorted(KNOWN_FIELDS))})")
+    ident = _require_string(message, "id")
+    user_id = _require_string(message, "user_id")
+    bucket = resolve_bucket(message, cfg)
+    if "payload" not in message:
+        raise InvalidMessage("payload", "missing (use null for no payload)")
+    size = encoded_payload_size(message["payload"])
+    if size > cfg.max_payload_bytes:
+        raise InvalidMessage("payload", f"{size} bytes encoded, over the limit of "
+                             f"{cfg.max_payload_bytes} (RECUR_MAX_PAYLOAD_BYTES)")
+    valid = Message(id=ident, user_id=user_id, bucket=bucket, payload=message["payload"])
+    if "kind" in message:
+        valid["kind"] = message["kind"]
+    return valid

@@ -1,0 +1,70 @@
+"""Queue topology, declared from the bucket table.
+
+Per bucket: a durable queue (quorum where the broker supports it) bound to the
+``recur.tasks`` topic exchange, dead-lettering into ``recur.dead`` where the
+bucket's ``<queue>.dead`` queue collects what failed for good. The delivery
+limit makes the broker dead-letter a message that keeps crashing its worker.
+Topic (not direct) exchanges let Celery's native delayed delivery reach the
+queues for short countdowns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu import Connection, Exchange, Queue
+
+from config.buckets import BUCKETS, Bucket
+from config.settings import Settings
+
+TASK_EXCHANGE = Exchange("recur.tasks", type="topic", durable=True)
+DEAD_EXCHANGE = Exchange("recur.dead", type="topic", durable=True)
+
+
+def queue_arguments(bucket: Bucket, cfg: Settings) -> dict[str, Any]:
+    """Arguments of a bucket's work queue."""
+    args: dict[str, Any] = {
+        "x-queue-type": cfg.queue_type,
+        "x-dead-letter-exchange": DEAD_EXCHANGE.name,
+        "x-dead-letter-routing-key": bucket.dead_queue,
+    }
+    if cfg.queue_type == "quorum":
+        # A message returned this many times (crash, lost worker) is dead-lettered
+        # instead of being delivered again: at most max_deliveries deliveries.
+        args["x-delivery-limit"] = cfg.max_deliveries - 1
+    return args
+
+
+def work_queue(bucket: Bucket, cfg: Settings) -> Queue:
+    """The bucket's work queue."""
+    return Queue(bucket.queue, TASK_EXCHANGE, routing_key=bucket.queue, durable=True,
+                 queue_arguments=queue_arguments(bucket, cfg))
+
+
+def dead_queue(bucket: Bucket, cfg: Settings) -> Queue:
+    """The bucket's dead-letter queue."""
+    return Queue(bucket.dead_queue, DEAD_EXCHANGE, routing_key=bucket.dead_queue,
+                 durable=True, queue_arguments={"x-queue-type": cfg.queue_type})
+
+
+def work_queues(cfg: Settings) -> list[Queue]:
+    """Every bucket's work queue, in bucket-table order."""
+    return [work_queue(b, cfg) for b in BUCKETS]
+
+
+def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
+    """Declare exchanges and every work and dead-letter queue; return the queue names."""
+    names = []
+    with connection.channel() as channel:
+        for bucket in BUCKETS:
+            for queue in (work_queue(bucket, cfg), dead_queue(bucket, cfg)):
+                queue.bind(channel).declare()
+                names.append(queue.name)
+    return names
+
+
+def queue_depth(connection: Connection, name: str) -> int:
+    """Messages ready in queue ``name`` (passive declare: never creates it)."""
+    with connection.channel() as channel:
+        _, count, _ = channel.queue_declare(queue=name, passive=True)
+    return int(count)

@@ -1,0 +1,7 @@
+"""recur's Celery app and tasks: ``celery -A tasks worker -Q short``."""
+
+from tasks import signals as _signals  # noqa: F401 - connects the worker hooks
+from tasks.app import app
+from tasks.process import process_message
+
+__all__ = ["app", "process_message"]

@@ -1,0 +1,76 @@
+"""The Celery app: ``celery -A tasks worker -Q short`` finds it as ``tasks.app``.
+
+Secure and lossless defaults: JSON only (pickle refused), late acks so a
+message is acknowledged only after its task ran, a lost worker's message
+requeued, and a failed task rejected into its bucket's dead-letter queue
+rather than acknowledged away.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from celery import Celery
+
+from config import keys
+from config.settings import Settings, settings
+from routing.queues import TASK_EXCHANGE, work_queues
+from routing.router import route_task
+
+DEFAULT_QUEUE = "short"
+WEEK = 7 * 24 * 3600
+
+
+class RecurCelery(Celery):  # type: ignore[misc]
+    """Celery whose worker applies the bucket profile of the queue it consumes."""
+
+    @cached_property
+    def Worker(self) -> Any:
+        return self.subclass_with_self("tasks.worker:BucketWorker")
+
+
+def celery_config(cfg: Settings) -> dict[str, Any]:
+    """Celery settings derived from recur's settings."""
+    return {
+        "broker_url": cfg.broker_url,
+        "result_backend": cfg.results_url,
+        "result_backend_transport_options": {"global_keyprefix": keys.celery_prefix(
+            cfg.key_prefix)},
+        # Publisher confirms: apply_async returns only once the broker has the message.
+        "broker_transport_options": {"confirm_publish": True},
+        "broker_connection_retry_on_startup": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        # A failure or hard timeout is rejected (not acked): the broker dead-letters it.
+        "task_acks_on_failure_or_timeout": False,
+        "task_queues": work_queues(cfg),
+        "task_default_queue": DEFAULT_QUEUE,
+        "task_default_exchange": TASK_EXCHANGE.name,
+        "task_default_exchange_type": TASK_EXCHANGE.type,
+        "task_default_routing_key": DEFAULT_QUEUE,
+        "task_create_missing_queues": False,
+        "task_routes": (route_task,),
+        # Results of tens of millions of runs would fill Redis: keep failures only.
+        "task_ignore_result": True,
+        "task_store_errors_even_if_ignored": True,
+        "result_expires": WEEK,
+        "task_track_started": False,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "enable_utc": True,
+        "timezone": "UTC",
+    }
+
+
+def create_app(cfg: Settings | None = None) -> RecurCelery:
+    """Build the Celery app from ``cfg`` (default: the environment's settings)."""
+    app = RecurCelery("recur", set_as_current=True)
+    app.config_from_object(celery_config(cfg or settings()))
+    return app
+
+
+app = create_app()

@@ -1,0 +1,160 @@
+"""``recur``: the operational commands.
+
+Each long-running command (worker, flower) execs the Celery command a user
+would type, with the settings and bucket profile filled in, so signals,
+logs and ``celery inspect`` behave exactly as Celery's own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+import click
+
+from config.buckets import BUCKETS_BY_NAME, Bucket
+from config.errors import ConfigError, RecurError
+from config.settings import describe, settings
+
+
+def celery_executable() -> str:
+    """The ``celery`` next to this interpreter (a venv need not be activated)."""
+    local = os.path.join(os.path.dirname(sys.executable), "celery")
+    return local if os.path.exists(local) else (shutil.which("celery") or "celery")
+
+
+def worker_argv(bucket: Bucket, extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``celery worker`` command line that serves ``bucket`` with its profile."""
+    return [
+        celery_executable(), "-A", "tasks", "worker",
+        "-Q", bucket.queue, "-n", f"{bucket.name}@%h",
+        "-P", bucket.pool, "-c", str(bucket.concurrency),
+        "--prefetch-multiplier", str(bucket.prefetch),
+        "--time-limit", str(bucket.time_limit),
+        "--soft-time-limit", str(bucket.soft_time_limit),
+        "-l", settings().log_level, *extra,
+    ]
+
+
+def flower_env() -> dict[str, str]:
+    """Environment for Flower with basic auth; refuses to run without credentials."""
+    cfg = settings()
+    if not cfg.flower_user or not cfg.flower_password:
+        raise ConfigError("RECUR_FLOWER_USER and RECUR_FLOWER_PASSWORD must be set: "
+                          "Flower never runs without authentication")
+    return {**os.environ, "FLOWER_BASIC_AUTH": f"{cfg.flower_user}:{cfg.flower_password}"}
+
+
+def bucket_arg(_ctx: Any, _param: Any, value: str) -> Bucket:
+    if value not in BUCKETS_BY_NAME:
+        raise click.BadParameter(f"unknown bucket {value!r} (known: {', '.join(BUCKETS_BY_NAME)})")
+    return BUCKETS_BY_NAME[value]
+
+
+@click.group()
+def cli() -> None:
+    """recur: recurring Celery work at scale."""
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("bucket", callback=bucket_arg)
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def worker(bucket: Bucket, celery_args: tuple[str, ...]) -> None:
+    """Run a worker for BUCKET (extra arguments go to celery worker)."""
+    argv = worker_argv(bucket, celery_args)
+    os.execv(argv[0], argv)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def flower(celery_args: tuple[str, ...]) -> None:
+    """Run Flower behind basic auth (RECUR_FLOWER_USER / RECUR_FLOWER_PASSWORD)."""
+    env = flower_env()
+    argv = [celery_executable(), "-A", "tasks", "flower",
+            f"--port={settings().flower_port}", *celery_args]
+    os.execve(argv[0], argv, env)
+
+
+@cli.command()
+def topology() -> None:
+    """Declare every bucket queue and dead-letter queue on the broker."""
+    from routing.queues import declare_topology
+    from tasks.app import app
+
+    with app.connection_for_write() as conn:
+        for name in declare_topology(conn, settings()):
+            click.echo(f"declared {name}")
+
+
+@cli.command("settings")
+def show_settings() -> None:
+    """Print every setting: variable, default and why."""
+    for var, default, doc in describe():
+        click.echo(f"{var}={default}\n    {doc}")
+
+
+@cli.group()
+def dead() -> None:
+    """Inspect or replay a bucket's dead-letter queue."""
+
+
+@dead.command("list")
+@click.argument("bucket", callback=bucket_arg)
+@click.option("--limit", default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
+def dead_list(bucket: Bucket, limit: int, as_json: bool) -> None:
+    """Show dead messages of BUCKET with why they died."""
+    from routing.deadletter import list_dead
+    from tasks.app import app
+
+    def error_of(task_id: str) -> str:
+        result = app.AsyncResult(task_id)
+        return repr(result.result) if result.state == "FAILURE" else ""
+
+    with app.connection_for_write() as conn:
+        for d in list_dead(conn, bucket, error_of, limit):
+            if as_json:
+                click.echo(json.dumps(d.__dict__, default=str))
+            else:
+                click.echo(f"{d.task_id} {d.task} reason={d.reason} from={d.from_queue} "
+                           f"error={d.error or '-'} message={json.dumps(d.args, default=str)}")
+
+
+@dead.command("replay")
+@click.argument("bucket", callback=bucket_arg)
+@click.option("--limit", default=100, show_default=True)
+def dead_replay(bucket: Bucket, limit: int) -> None:
+    """Move dead messages of BUCKET back to its queue."""
+    from routing.deadletter import replay_dead
+    from tasks.app import app
+
+    with app.connection_for_write() as conn:
+        click.echo(f"replayed {replay_dead(conn, bucket, limit)} message(s) to {bucket.queue}")
+
+
+@cli.command()
+@click.option("--messages", default=300, show_default=True, help="Messages to publish.")
+@click.option("--work-scale", default=0.2, show_default=True,
+              help="Multiplier of the simulated work (RECUR_WORK_SCALE for the workers).")
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait.")
+def demo(messages: int, work_scale: float, timeout: float) -> None:
+    """Run the main job end to end on the local services and print what happened."""
+    from tasks.demo import run_demo
+
+    sys.exit(run_demo(messages=messages, work_scale=work_scale, timeout=timeout))
+
+
+def main() -> None:
+    """Console-script entry point: our errors become one clear line and exit code 2."""
+    try:
+        cli(standalone_mode=True)
+    except RecurError as exc:
+        click.echo(f"recur: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""A capped log of completed task runs in Redis: what the demo and operators read.
+
+Each run of a message task appends one entry (message id, bucket, worker,
+whether the broker redelivered it, start and end times) to a stream trimmed
+to RECUR_COMPLETION_LOG_MAXLEN, and bumps a per-bucket counter. The log is
+bounded, so it never grows with the population.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from config import keys
+from config.errors import ServiceUnavailable
+from config.settings import Settings
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished run of a message task."""
+
+    message_id: str
+    bucket: str
+    worker: str
+    redelivered: bool
+    started: float
+    finished: float
+    stream_id: str = ""
+
+
+def record(client: redis.Redis, cfg: Settings, done: Completion) -> None:
+    """Append ``done`` to the log and count it; a no-op when the log is off."""
+    if cfg.completion_log_maxlen == 0:
+        return
+    fields: dict[str, str | float | int] = {
+        "id": done.message_id, "bucket": done.bucket, "worker": done.worker,
+        "redelivered": int(done.redelivered), "started": done.started,
+        "finished": done.finished,
+    }
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.xadd(keys.completed(cfg.key_prefix), fields,  # type: ignore[arg-type]
+                  maxlen=cfg.completion_log_maxlen, approximate=True)
+        pipe.hincrby(keys.processed_counts(cfg.key_prefix), done.bucket, 1)
+        pipe.execute()
+    except redis.RedisError as exc:
+        raise ServiceUnavailable(f"Redis: cannot record completion: {exc}") from exc
+
+
+def read_since(client: redis.Redis, cfg: Settings, after: str = "0-0",
+               count: int = 10_000) -> list[Completion]:
+    """Completions logged after stream id ``after``, oldest first."""
+    entries: Any = client.xrange(keys.completed(cfg.key_prefix), min=f"({after}", count=count)
+    return [_from_entry(stream_id, fields) for stream_id, fields in entries]
+
+
+def last_id(client: redis.Redis, cfg: Settings) -> str:
+    """Stream id of the newest entry ("0-0" when empty): read_since it to see only new ones."""
+    newest = client.xrevrange(keys.completed(cfg.key_prefix), count=1)
+    return str(newest[0][0]) if newest else "0-0"
+
+
+def _from_entry(stream_id: str, f: dict[str, str]) -> Completion:
+    return Completion(message_id=f["id"], bucket=f["bucket"], worker=f["worker"],
+                      redelivered=f["redelivered"] == "1", started=float(f["started"]),
+                      finished=float(f["finished"]), stream_id=stream_id)

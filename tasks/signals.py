@@ -1,0 +1,28 @@
+"""Worker start-up hooks."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery.signals import celeryd_init
+
+from config.settings import settings
+from routing.queues import declare_topology
+
+log = logging.getLogger(__name__)
+
+
+@celeryd_init.connect
+def declare_queues_before_consuming(sender: Any = None, instance: Any = None,
+                                    **_: Any) -> None:
+    """Declare every queue first: a dead-letter queue must exist before anything
+    is dead-lettered into it (the broker drops what has nowhere to go), and Celery's
+    delayed delivery binds every bucket queue, not only the ones consumed."""
+    app = instance.app if instance is not None else None
+    if app is None:
+        return
+    with app.connection_for_write() as conn:
+        conn.ensure_connection(max_retries=10)
+        names = declare_topology(conn, settings())
+    log.info("declared queues: %s", ", ".join(names))
