@@ -61,6 +61,7 @@ def celery_config(cfg: Settings) -> dict[str, Any]:
         "result_expires": WEEK,
         "task_track_started": False,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "worker_consumer": "tasks.consumer:DeadLetteringConsumer",
         "enable_utc": True,
         "timezone": "UTC",
     }

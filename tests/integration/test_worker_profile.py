@@ -1,0 +1,76 @@
+"""Workers take their bucket's profile, refuse pickle, and dead-letter what they cannot read."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection, Producer
+
+from config.buckets import BUCKETS_BY_NAME
+from routing.queues import TASK_EXCHANGE, queue_depth
+from tasks.processes import recur_argv, spawn, wait_for, wait_for_worker
+from tests.support import services
+
+pytestmark = pytest.mark.services
+
+
+def stats_of(celery_app: Any, node: str) -> dict[str, Any]:
+    replies = celery_app.control.inspect(destination=[node], timeout=5).stats() or {}
+    stats: dict[str, Any] = replies[node]
+    return stats
+
+
+@pytest.mark.parametrize("bucket", ["short", "long"])
+def test_recur_worker_runs_the_bucket_profile(celery_app: Any, tmp_logs: Path,
+                                              bucket: str) -> None:
+    profile = BUCKETS_BY_NAME[bucket]
+    node = f"{bucket}@{socket.gethostname()}"
+    child = spawn(f"recur-worker-{bucket}", recur_argv("worker", bucket, "--without-mingle"),
+                  tmp_logs, {**os.environ, **services.test_environment()},
+                  cwd=services.ROOT)
+    try:
+        wait_for_worker(celery_app, child, node)
+        stats = stats_of(celery_app, node)
+        assert stats["pool"]["max-concurrency"] == profile.concurrency
+        assert stats["prefetch_count"] == profile.prefetch * profile.concurrency
+        assert stats["pool"]["timeouts"] == [profile.soft_time_limit, profile.time_limit]
+    finally:
+        child.stop()
+
+
+def test_plain_celery_worker_on_one_bucket_queue_gets_its_profile(
+        celery_app: Any, start_worker: Any) -> None:
+    # start_worker passes -c 2 explicitly: the long bucket's prefetch and limits still apply.
+    _, node = start_worker("long")
+    stats = stats_of(celery_app, node)
+    long = BUCKETS_BY_NAME["long"]
+    assert stats["prefetch_count"] == long.prefetch * 2
+    assert stats["pool"]["timeouts"] == [long.soft_time_limit, long.time_limit]
+
+
+def publish_raw(conn: Connection, body: bytes, content_type: str) -> None:
+    headers = {"id": str(uuid.uuid4()), "task": "tasks.process_message", "lang": "py",
+               "argsrepr": "", "kwargsrepr": "", "origin": "test"}
+    Producer(conn.channel(), exchange=TASK_EXCHANGE).publish(
+        body, routing_key="short", headers=headers, content_type=content_type,
+        content_encoding="binary" if content_type.endswith("pickle") else "utf-8")
+
+
+@pytest.mark.parametrize(("body", "content_type"), [
+    (pickle.dumps(([{"id": "p", "user_id": "u", "bucket": "short", "payload": None}], {}, {})),
+     "application/x-python-serialize"),
+    (b"{not json", "application/json"),
+])
+def test_pickle_and_garbage_are_refused_into_the_dead_letter_queue(
+        broker: Connection, start_worker: Any, body: bytes, content_type: str) -> None:
+    start_worker("short")
+    publish_raw(broker, body, content_type)
+    wait_for(lambda: queue_depth(broker, "short.dead") == 1, 30,
+             "the refused message to reach short.dead")
+    assert queue_depth(broker, "short") == 0
