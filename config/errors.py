@@ -39,9 +39,53 @@ class UnknownBucket(InvalidMessage):
     """The message names a bucket or kind that the bucket table does not define."""
 
 
+class UnknownDestination(InvalidMessage):
+    """The resequencer destination is not configured (RECUR_DESTINATIONS)."""
+
+
+class ResequencerFull(RecurError):
+    """A destination holds as many unsent messages as its capacity allows; retry later."""
+
+
+class DestinationUnavailable(RecurError):
+    """An outbound send failed in a way that may pass (5xx, timeout, connection error)."""
+
+
 class PermanentFailure(RecurError):
     """The task cannot succeed by running again; it goes to the dead-letter queue."""
 
 
 class ServiceUnavailable(RecurError):
     """A service recur depends on (broker, Redis, database) cannot be reached."""
+
+
+class LockUnavailable(ServiceUnavailable):
+    """Redis cannot be reached to take, refresh or release a user lock."""
+
+
+class LockWaitExceeded(PermanentFailure):
+    """The job waited for its user longer than RECUR_LOCK_WAIT_BUDGET; it is dead-lettered."""
+
+
+class InvalidSchedule(RecurError, ValueError):
+    """The countdown, eta or job key of a scheduled call is invalid; nothing was written."""
+
+
+class StoreError(RecurError):
+    """The due-jobs store failed."""
+
+
+class StoreUnavailable(StoreError, ServiceUnavailable):
+    """The due-jobs database cannot be reached."""
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    """The broker cannot be reached, or did not confirm what was published."""
+
+
+class SchemaOutOfDate(StoreError):
+    """The due-jobs schema is missing or old: run `recur db upgrade`."""
+
+
+class SeedInputError(RecurError):
+    """The seed job's input cannot be read as a population (a wrong file, format or column)."""

@@ -9,6 +9,14 @@ key                                    type    holds
 ``<prefix>:completed``                 stream  recent task completions (capped)
 ``<prefix>:stats:processed``           hash    bucket -> tasks completed
 ``<prefix>:celery-task-meta-<id>``     string  Celery's stored failure of task <id>
+``<prefix>:reseq:destinations``        set     destinations the resequencer has seen
+``<prefix>:reseq:{<d>}:<part>``        (many)  destination <d>'s resequencer state: see
+                                               ``reseq`` and routing/lua/*.lua
+``<prefix>:lock:{<u>}:<part>``         (many)  user <u>'s lock, order and parked jobs:
+                                               see ``user_lock`` and tasks/lua/*.lua
+``<prefix>:lock:wake``                 zset    users to look at again, by due time (ms)
+``<prefix>:lock:counter``              string  fencing tokens and order epochs
+``<prefix>:lock:stats``                hash    lock event counters (busy, handovers, ...)
 =====================================  ======  =====================================
 """
 
@@ -23,6 +31,55 @@ def completed(prefix: str) -> str:
 def processed_counts(prefix: str) -> str:
     """Hash of completed-task counts per bucket."""
     return f"{prefix}:stats:processed"
+
+
+def reseq(prefix: str, destination: str, part: str) -> str:
+    """One part of a destination's resequencer state; the hash tag keeps a destination's
+    keys in one Redis Cluster slot, so its Lua scripts can touch them all.
+
+    Parts: seq (string, last sequence number assigned), pending (hash seq -> arrival
+    JSON, assigned but not yet sent or skipped), buffer (hash seq -> processed result
+    JSON), sent (string, last sequence number sent or skipped), sender (string, token
+    of the one sender, with a TTL), wake (string, due ms of the booked sender run),
+    gap (string 'seq:ms', when the sender first saw seq missing with later ones
+    ready), skipped (list of skip records, newest first, capped), stats (hash of
+    counters: sent, skipped, late).
+    """
+    return f"{prefix}:reseq:{{{destination}}}:{part}"
+
+
+def reseq_destinations(prefix: str) -> str:
+    """Set of every destination the resequencer has seen."""
+    return f"{prefix}:reseq:destinations"
+
+
+#: Parts of a user's lock state (``user_lock(prefix, u, part)``): owner (string,
+#: token of the holder, with the lease TTL), order (hash: sub = last sequence number
+#: given out, next = lowest not yet finished, epoch, gapat), parked (zset of job
+#: JSON by sequence number), skipped (set of sequence numbers that may still come).
+#: Only users with jobs in flight have keys: memory follows busy users, not the
+#: population.
+LOCK_PARTS = ("owner", "order", "parked", "skipped")
+
+
+def user_lock(prefix: str, user: str, part: str) -> str:
+    """One part of a user's lock state; the hash tag keeps a user's keys in one slot."""
+    return f"{prefix}:lock:{{{user}}}:{part}"
+
+
+def lock_wake(prefix: str) -> str:
+    """Sorted set of users whose parked jobs need a look at a due time (ms)."""
+    return f"{prefix}:lock:wake"
+
+
+def lock_counter(prefix: str) -> str:
+    """Counter behind fencing tokens and order epochs (only ever grows)."""
+    return f"{prefix}:lock:counter"
+
+
+def lock_stats(prefix: str) -> str:
+    """Hash of lock event counters, summed over every worker."""
+    return f"{prefix}:lock:stats"
 
 
 def celery_prefix(prefix: str) -> str:

@@ -79,9 +79,93 @@ class Settings:
     flower_port: int = field(
         default=5555,
         metadata=_doc("Port Flower listens on (its usual one)."))
+    destinations: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}),
+        metadata=_doc("Resequencer destinations as 'name:url,name:url' (HTTP POST targets); "
+                      "none by default: submit refuses a destination not listed here."))
+    reseq_gap_timeout: float = field(
+        default=60.0,
+        metadata=_doc("Seconds after its arrival a message's sequence number may stay "
+                      "unprocessed before it is skipped, so a lost message never blocks "
+                      "its destination forever."))
+    reseq_capacity: int = field(
+        default=10_000,
+        metadata=_doc("Messages per destination accepted but not yet sent; intake refuses "
+                      "more, so a stuck destination cannot grow Redis without bound."))
+    reseq_processor: str = field(
+        default="",
+        metadata=_doc("'module:function' that processes a destination's message; empty "
+                      "means the bucket's simulated work (like process_message)."))
+    send_timeout: float = field(
+        default=5.0,
+        metadata=_doc("Seconds one outbound HTTP POST may take; a receiver slower than "
+                      "this counts as unavailable and is retried."))
+    send_retries: int = field(
+        default=5,
+        metadata=_doc("Retries of a failed send (5xx, connection error) before the sender "
+                      "backs off and tries the same message again later."))
+    send_backoff: float = field(
+        default=0.2,
+        metadata=_doc("Seconds before the first retry of a send; doubles each retry."))
+    send_backoff_max: float = field(
+        default=5.0,
+        metadata=_doc("Longest wait between two tries of a send."))
     log_level: str = field(
         default="INFO",
         metadata=_doc("Log level of recur's processes."))
+    lock_ttl: float = field(
+        default=30.0,
+        metadata=_doc("Seconds a per-user lock lives without a refresh: a killed worker's "
+                      "user is free again after this; the watchdog refreshes every third."))
+    lock_wait_budget: float = field(
+        default=3600.0,
+        metadata=_doc("Seconds a locked job may wait for its user (from submission) before "
+                      "it is dead-lettered instead of run."))
+    lock_gap_timeout: float = field(
+        default=300.0,
+        metadata=_doc("Seconds a user's parked jobs wait for an earlier job that never "
+                      "arrives (dead-lettered, lost) before they go ahead without it."))
+    lock_reap_interval: float = field(
+        default=0.5,
+        metadata=_doc("Seconds between a worker's checks for users whose lock expired "
+                      "with jobs parked behind it (one query, not one per job)."))
+    lock_when_redis_down: str = field(
+        default="retry",
+        metadata=_doc("'retry' (fail closed: never run a locked task unlocked) or "
+                      "'run-unlocked' (explicit opt-out)."))
+    lock_chain_seconds: float = field(
+        default=5.0,
+        metadata=_doc("Seconds a worker process goes on running its user's parked jobs "
+                      "itself after a locked job, before handing the rest over through the "
+                      "broker (0: always the broker); keep it well under the time limits."))
+    schedule_threshold: float = field(
+        default=5.0,
+        metadata=_doc("Delays (countdown/eta) at least this many seconds go to the due-jobs "
+                      "store; shorter ones are published directly."))
+    lease_seconds: float = field(
+        default=1800.0,
+        metadata=_doc("How long a dispatched job may stay unfinished before it is dispatched "
+                      "again; above the long bucket's time limit plus queueing."))
+    low_watermark: int = field(
+        default=1000,
+        metadata=_doc("Scheduler refills a bucket queue when fewer messages than this wait "
+                      "in it; also the idle pull-forward trigger."))
+    high_watermark: int = field(
+        default=3000,
+        metadata=_doc("Scheduler never fills a bucket queue beyond this many ready messages, "
+                      "so RabbitMQ holds thousands, not the population."))
+    drain_batch: int = field(
+        default=1000,
+        metadata=_doc("Rows claimed, published and confirmed together; large enough to "
+                      "amortise one confirm round trip."))
+    pull_forward: str = field(
+        default="short,medium,long",
+        metadata=_doc("Buckets whose idle workers get the earliest future jobs early "
+                      "(comma list; empty turns pull-forward off)."))
+    scheduler_interval: float = field(
+        default=0.2,
+        metadata=_doc("Seconds the scheduler sleeps when a pass moved nothing; short "
+                      "enough that workers drain less than the low watermark meanwhile."))
 
     @property
     def results_url(self) -> str:
@@ -102,9 +186,21 @@ def _parse_kinds(raw: str) -> Mapping[str, str]:
     return MappingProxyType(kinds)
 
 
+def _parse_destinations(raw: str) -> Mapping[str, str]:
+    destinations = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, url = (text.strip() for text in item.partition(":"))
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise ValueError(f"{item!r} is not 'name:http(s)://...'")
+        destinations[name] = url
+    return MappingProxyType(destinations)
+
+
 def _parse(name: str, kind: Any, raw: str) -> Any:
     if name == "kinds":
         return _parse_kinds(raw)
+    if name == "destinations":
+        return _parse_destinations(raw)
     if kind in (int, "int"):
         return int(raw)
     if kind in (float, "float"):
@@ -112,15 +208,47 @@ def _parse(name: str, kind: Any, raw: str) -> Any:
     return raw
 
 
+def _check_resequencer(values: dict[str, Any]) -> None:
+    for name in ("reseq_gap_timeout", "reseq_capacity", "send_timeout", "send_backoff",
+                 "send_backoff_max"):
+        if name in values and values[name] <= 0:
+            raise ValueError(f"{name} must be positive")
+    if values.get("send_retries", 0) < 0:
+        raise ValueError("send_retries must not be negative")
+    module, _, function = values.get("reseq_processor", "").partition(":")
+    if (module or function) and not (module.strip() and function.strip()):
+        raise ValueError("reseq_processor must be 'module:function'")
+
+
+def _check_lock(values: dict[str, Any]) -> None:
+    if values.get("lock_when_redis_down", "retry") not in ("retry", "run-unlocked"):
+        raise ValueError("lock_when_redis_down must be 'retry' or 'run-unlocked'")
+    for name in ("lock_ttl", "lock_wait_budget", "lock_gap_timeout", "lock_reap_interval"):
+        if name in values and values[name] <= 0:
+            raise ValueError(f"{name} must be positive")
+    if values.get("lock_chain_seconds", 0) < 0:
+        raise ValueError("lock_chain_seconds must not be negative")
+
+
 def _check(values: dict[str, Any]) -> None:
+    _check_lock(values)
     if values.get("queue_type", "quorum") not in ("quorum", "classic"):
         raise ValueError("queue_type must be 'quorum' or 'classic'")
     for name in ("max_payload_bytes", "max_deliveries"):
         if name in values and values[name] < 1:
             raise ValueError(f"{name} must be at least 1")
+    _check_resequencer(values)
     for name in ("work_scale", "completion_log_maxlen"):
         if name in values and values[name] < 0:
             raise ValueError(f"{name} must not be negative")
+    for name in ("schedule_threshold", "lease_seconds", "scheduler_interval",
+                 "low_watermark", "high_watermark", "drain_batch"):
+        if name in values and values[name] <= 0:
+            raise ValueError(f"{name} must be positive")
+    for name in filter(None, values.get("pull_forward", "").split(",")):
+        if name.strip() not in BUCKETS_BY_NAME:
+            raise ValueError(f"pull_forward names unknown bucket {name.strip()!r} "
+                             f"(buckets: {', '.join(BUCKETS_BY_NAME)})")
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

@@ -47,16 +47,24 @@ def dead_queue(bucket: Bucket, cfg: Settings) -> Queue:
                  durable=True, queue_arguments={"x-queue-type": cfg.queue_type})
 
 
+#: The resequencer's outbound sends: not a duration bucket (not in the bucket table),
+#: but a queue with its own DLQ and the profile ``recur worker outbound`` runs: threads,
+#: as sends wait on I/O (the threads pool ignores time limits; a sender run hands its
+#: turn back after 10 s by itself).
+OUTBOUND = Bucket("outbound", "outbound", soft_time_limit=300, time_limit=360, prefetch=1,
+                  concurrency=8, pool="threads", work_seconds=0)
+
+
 def work_queues(cfg: Settings) -> list[Queue]:
-    """Every bucket's work queue, in bucket-table order."""
-    return [work_queue(b, cfg) for b in BUCKETS]
+    """Every bucket's work queue, in bucket-table order, then the outbound queue."""
+    return [work_queue(b, cfg) for b in (*BUCKETS, OUTBOUND)]
 
 
 def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
     """Declare exchanges and every work and dead-letter queue; return the queue names."""
     names = []
     with connection.channel() as channel:
-        for bucket in BUCKETS:
+        for bucket in (*BUCKETS, OUTBOUND):
             for queue in (work_queue(bucket, cfg), dead_queue(bucket, cfg)):
                 queue.bind(channel).declare()
                 names.append(queue.name)

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Task
+from celery.exceptions import Reject
 
+from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
+from scheduler.calls import dispatch_of, run_dispatched, store_plan
+
+log = logging.getLogger(__name__)
 
 
 class MessageTask(Task):  # type: ignore[misc]
@@ -24,6 +30,45 @@ class MessageTask(Task):  # type: ignore[misc]
     routes_by_message = True
     #: Retries (when a task opts into them) stop at the delivery budget.
     max_retries = settings().max_deliveries - 1
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, task_id: Any = None,
+                    producer: Any = None, link: Any = None, link_error: Any = None,
+                    shadow: Any = None, **options: Any) -> Any:
+        """Celery's ``apply_async``; a delay of at least RECUR_SCHEDULE_THRESHOLD seconds,
+        a ``job_key=`` or a task rescheduling its own job goes to the due-jobs store.
+
+        Bad input (negative countdown, naive eta, both, non-JSON args, invalid
+        message) raises here and nothing is written or published.
+        """
+        job_key = options.pop("job_key", None)
+        plan = store_plan(self.name, args, kwargs,
+                          {**options, "link": link, "link_error": link_error},
+                          job_key, self.request, settings())
+        if plan is None:
+            return super().apply_async(args, kwargs, task_id, producer, link, link_error,
+                                       shadow, **options)
+        return plan.write(settings(), self.request)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the task; a scheduler-dispatched copy is token-checked first.
+
+        When the due-jobs store is down, the message is requeued (not failed):
+        its reschedule must not be dropped.
+        """
+        dispatch = dispatch_of(self.request)
+        if dispatch is None:
+            return super().__call__(*args, **kwargs)
+        try:
+            return run_dispatched(self.request, dispatch, settings(),
+                                  lambda: super(MessageTask, self).__call__(*args, **kwargs))
+        except StoreUnavailable as exc:
+            log.warning("job %s: %s; requeueing the message", dispatch.job_key, exc)
+            raise Reject(exc, requeue=True) from exc
+        except Reject as exc:
+            if isinstance(exc.reason, StoreError):  # retry() wraps its failed apply_async
+                log.warning("job %s: %s; requeueing the message", dispatch.job_key, exc.reason)
+                raise Reject(exc.reason, requeue=True) from exc
+            raise
 
     def message(self, raw: Any) -> Message:
         """Validate the raw first argument on the worker side."""

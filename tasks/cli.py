@@ -49,6 +49,10 @@ def flower_env() -> dict[str, str]:
 
 
 def bucket_arg(_ctx: Any, _param: Any, value: str) -> Bucket:
+    from routing.queues import OUTBOUND
+
+    if value == OUTBOUND.name:  # the resequencer's sends: not a bucket, same commands
+        return OUTBOUND
     if value not in BUCKETS_BY_NAME:
         raise click.BadParameter(f"unknown bucket {value!r} (known: {', '.join(BUCKETS_BY_NAME)})")
     return BUCKETS_BY_NAME[value]
@@ -136,15 +140,117 @@ def dead_replay(bucket: Bucket, limit: int) -> None:
 
 
 @cli.command()
+def scheduler() -> None:
+    """Run the scheduler: drain due jobs from the store into the bucket queues."""
+    import logging
+
+    from scheduler.drain import run_scheduler
+
+    logging.basicConfig(level=settings().log_level,
+                        format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
+    run_scheduler(settings())
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for machines.")
+def status(as_json: bool) -> None:
+    """Per bucket: jobs scheduled, due now, lag, dispatched, leases, queue depth."""
+    from scheduler import status as st
+    from scheduler.calls import utcnow
+    from scheduler.publisher import ConfirmingPublisher
+    from scheduler.store import DueStore
+
+    cfg = settings()
+    store = DueStore.open(cfg.database_url)
+    publisher = ConfirmingPublisher(cfg.broker_url, "")
+    try:
+        depths: dict[str, int | None] = {}
+        for b in BUCKETS_BY_NAME.values():
+            try:
+                depths[b.queue] = publisher.depth(b.queue)
+            except RecurError as exc:
+                click.echo(f"recur: queue depth of {b.queue} unknown: {exc}", err=True)
+                depths[b.queue] = None
+        rows = st.collect(store, depths, utcnow())
+    finally:
+        publisher.close()
+        store.close()
+    click.echo(st.as_json(rows) if as_json else st.as_table(rows))
+
+
+@cli.group()
+def db() -> None:
+    """Manage the due-jobs database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True)
+def db_upgrade(revision: str) -> None:
+    """Create or upgrade the due-jobs tables (RECUR_DATABASE_URL) with the migrations."""
+    from scheduler.engine import make_engine
+    from scheduler.migrate import upgrade
+
+    engine = make_engine(settings().database_url)
+    try:
+        click.echo(f"due-jobs schema at revision {upgrade(engine, revision)}")
+    finally:
+        engine.dispose()
+
+
+@cli.command(add_help_option=False,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("seed_args", nargs=-1, type=click.UNPROCESSED)
+def seed(seed_args: tuple[str, ...]) -> None:
+    """Seed the due-jobs store with Spark (`recur seed --help` for the options)."""
+    try:
+        from spark.job import main as seed_main
+    except ImportError as exc:
+        raise ConfigError(f"recur seed needs the spark extra (pip install 'recur[spark]'): "
+                          f"{exc}") from exc
+    sys.exit(seed_main(list(seed_args)))
+
+
+@cli.command()
 @click.option("--messages", default=300, show_default=True, help="Messages to publish.")
 @click.option("--work-scale", default=0.2, show_default=True,
               help="Multiplier of the simulated work (RECUR_WORK_SCALE for the workers).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait.")
-def demo(messages: int, work_scale: float, timeout: float) -> None:
+@click.option("--cycles", default=3, show_default=True,
+              help="Runs of each message through the due-jobs store and the scheduler; "
+                   "0 publishes each message once, directly.")
+def demo(messages: int, work_scale: float, timeout: float, cycles: int) -> None:
     """Run the main job end to end on the local services and print what happened."""
+    if cycles > 0:
+        from tasks.recurring_demo import run_recurring_demo
+
+        sys.exit(run_recurring_demo(messages, cycles, work_scale, timeout))
     from tasks.demo import run_demo
 
     sys.exit(run_demo(messages=messages, work_scale=work_scale, timeout=timeout))
+
+
+@cli.group()
+def resequencer() -> None:
+    """Inspect the resequencer's per-destination state."""
+
+
+@resequencer.command("status")
+@click.argument("destinations", nargs=-1)
+@click.option("--skipped", "show_skipped", default=0, show_default=True,
+              help="Also list this many of each destination's newest skip records.")
+def resequencer_status(destinations: tuple[str, ...], show_skipped: int) -> None:
+    """Per destination: next sequence to send, buffered, in flight, sent, skipped."""
+    from routing.resequencer import Resequencer
+    from tasks.redis_conn import get_redis
+
+    reseq = Resequencer(get_redis(), settings())
+    for name in destinations or reseq.destinations():
+        s = reseq.status(name)
+        click.echo(f"{name}: next={s.next_seq} assigned={s.assigned} buffered={s.buffered} "
+                   f"in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} late={s.late} "
+                   f"sender={'running' if s.sender_active else 'idle'}")
+        for record in reseq.skipped(name, show_skipped) if show_skipped else []:
+            click.echo(f"  skipped seq={record['seq']} id={record['id']} {record['reason']}")
 
 
 def main() -> None:

@@ -13,4 +13,5 @@ from tests.support.services import test_environment
 
 os.environ.update(test_environment())
 
-pytest_plugins = ["tests.support.fixtures"]
+pytest_plugins = ["tests.support.fixtures", "tests.support.store_fixtures",
+                  "tests.support.spark_fixtures"]

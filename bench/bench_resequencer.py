@@ -1,0 +1,186 @@
+"""Resequencer: latency from arrival to send when processing is slower than arrivals.
+
+The issue's scenario scaled x0.1: each message takes 75 ms to process (the short
+bucket's simulated work x RECUR_WORK_SCALE=1.5), one arrives every 25 ms, all for
+one destination, sent by HTTP POST to a local receiver. Two runs, same code and
+same services, side by side:
+
+* baseline: one worker process, so messages are processed one at a time and the
+  latency grows with every arrival (75 ms of work per 25 ms of arrivals);
+* ours: 8 worker processes processing in parallel, the resequencer restoring
+  arrival order before the send.
+
+Figures per run: p50/p99 latency (arrival -> received), p99 of the first and of
+the last quarter (steady or growing), throughput, order violations, missing and
+repeated sequence numbers, and the latency's growth per arrival. Each run first
+sends 24 unmeasured messages through every hop (to another destination).
+
+    python -m bench.bench_resequencer [--messages 2000] [--baseline-messages 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+RUN = uuid.uuid4().hex[:8]
+VHOST = f"recur-bench-{RUN}"
+ROOT = Path(__file__).resolve().parents[1]
+PROCESSING_SECONDS = 0.075
+ARRIVAL_SECONDS = 0.025
+#: Messages sent through the pipeline before each measured run (not measured).
+WARMUP_MESSAGES = 24
+
+
+def bench_environment() -> dict[str, str]:
+    """Our own vhost and key prefix, so the benchmark touches nobody else's state."""
+    return {"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{VHOST}",
+            "RECUR_KEY_PREFIX": VHOST, "RECUR_WORK_SCALE": str(PROCESSING_SECONDS / 0.05),
+            "RECUR_LOG_LEVEL": "WARNING", "RECUR_RESEQ_GAP_TIMEOUT": "60"}
+
+
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
+def summarize(received: list[Any], count: int, elapsed: float) -> dict[str, Any]:
+    """Latency, throughput and order figures of one run, in milliseconds."""
+    seqs = [r.seq for r in received]
+    latency = [(r.at - r.body["arrived_at"]) * 1000 for r in received]
+    quarter, tenth = max(1, len(latency) // 4), max(1, len(latency) // 10)
+    return {
+        "messages": count,
+        "p50_ms": round(statistics.median(latency), 1),
+        "p99_ms": round(percentile(latency, 0.99), 1),
+        "max_ms": round(max(latency), 1),
+        "first_quarter_p99_ms": round(percentile(latency[:quarter], 0.99), 1),
+        "last_quarter_p99_ms": round(percentile(latency[-quarter:], 0.99), 1),
+        "p99_ms_by_tenth": [round(percentile(latency[i * tenth:(i + 1) * tenth], 0.99), 1)
+                            for i in range(10)],
+        # Latency growth per arrival (least squares): ~0 when steady, ~50 ms sequentially.
+        "latency_slope_ms_per_message": round(
+            statistics.linear_regression(range(len(latency)), latency).slope, 2),
+        "throughput_per_s": round(len(received) / elapsed, 1),
+        "order_violations": sum(b < a for a, b in itertools.pairwise(seqs)),
+        "missing": len(set(range(1, count + 1)) - set(seqs)),
+        "repeated": len(seqs) - len(set(seqs)),
+    }
+
+
+def warm_up(cfg: Any, name: str, receiver: Any, count: int) -> None:
+    """Send a few messages through every hop first (connections, pools, first imports
+    in each process), as a running system would have; not measured."""
+    from routing.intake import submit
+    from tasks.processes import wait_for
+
+    before = len(receiver.seqs("warmup"))
+    for i in range(count):
+        submit(f"warmup-{name}", {"id": f"warm-{i}", "user_id": "u", "bucket": "short",
+                                  "payload": None}, cfg)
+    wait_for(lambda: len(receiver.seqs("warmup")) >= before + count, 60, "the warm-up")
+
+
+def run(name: str, processes: int, count: int, log_dir: Path) -> dict[str, Any]:
+    """Start the workers, submit ``count`` messages at the arrival rate, measure."""
+    from routing.intake import submit
+    from tasks.app import app
+    from tasks.processes import spawn, wait_for, wait_for_worker
+    from tests.support.receiver import Receiver
+
+    with Receiver() as receiver:
+        env = {**os.environ, "RECUR_DESTINATIONS": f"{name}:{receiver.url(name)},"
+                                                  f"warmup-{name}:{receiver.url('warmup')}"}
+        celery = str(Path(sys.executable).parent / "celery")
+        children = []
+        try:
+            for queue, argv in (
+                    ("short", ["-c", str(processes), "--prefetch-multiplier", "1"]),
+                    ("outbound", ["-P", "threads", "-c", "4"])):
+                node = f"{name}-{queue}-{RUN}@{socket.gethostname()}"
+                child = spawn(f"{name}-{queue}", [celery, "-A", "tasks", "worker", "-Q", queue,
+                                                  "-n", node, "-l", "WARNING",
+                                                  "--without-mingle", "--without-gossip",
+                                                  *argv], log_dir, env, cwd=ROOT)
+                children.append(child)
+                wait_for_worker(app, child, node)
+            from config.settings import load_settings
+
+            cfg = load_settings(env)
+            warm_up(cfg, name, receiver, WARMUP_MESSAGES)
+            start = time.monotonic()
+            for i in range(count):  # one arrival every 25 ms, on an absolute schedule
+                time.sleep(max(0.0, start + i * ARRIVAL_SECONDS - time.monotonic()))
+                submit(name, {"id": f"{name}-{i}", "user_id": "u", "bucket": "short",
+                              "payload": {"i": i}}, cfg)
+            wait_for(lambda: len(receiver.seqs(name)) >= count,
+                     count * PROCESSING_SECONDS / processes + 120, f"{count} sends")
+            elapsed = max(r.at for r in receiver.of(name)) - min(
+                r.body["arrived_at"] for r in receiver.of(name))
+            figures = summarize(receiver.of(name), count, elapsed)
+        finally:
+            for child in children:
+                child.stop()
+    return {"processes": processes, **figures}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--baseline-messages", type=int, default=600,
+                        help="the baseline's backlog grows by 2 messages per arrival: "
+                             "2000 would take 150 s")
+    opts = parser.parse_args()
+    os.environ.update(bench_environment())
+    rabbitmqctl("add_vhost", VHOST)
+    rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
+    try:
+        from config.settings import settings
+        from routing.queues import declare_topology
+        from tasks.app import app
+
+        with app.connection_for_write() as conn:
+            declare_topology(conn, settings())
+        with tempfile.TemporaryDirectory(prefix="bench-reseq-") as logs:
+            baseline = run("baseline", 1, opts.baseline_messages, Path(logs))
+            ours = run("ours", 8, opts.messages, Path(logs))
+    finally:
+        rabbitmqctl("delete_vhost", VHOST)
+        delete_keys()
+    from bench.results_io import write_result
+
+    write_result("bench_resequencer", {
+        "command": f"python -m bench.bench_resequencer --messages {opts.messages} "
+                   f"--baseline-messages {opts.baseline_messages}",
+        "processing_ms": PROCESSING_SECONDS * 1000, "arrival_every_ms": ARRIVAL_SECONDS * 1000,
+        "goal": "ours: p99 <= 3 x processing (225 ms), steady; 0 order violations",
+        "baseline_sequential": baseline, "ours_parallel_resequenced": ours,
+        "ours_p99_over_processing": round(ours["p99_ms"] / (PROCESSING_SECONDS * 1000), 2),
+    })
+
+
+def delete_keys() -> None:
+    from tasks.redis_conn import get_redis
+
+    client = get_redis()
+    for key in client.scan_iter(match=f"{VHOST}:*", count=1000):
+        client.delete(key)
+
+
+if __name__ == "__main__":
+    main()

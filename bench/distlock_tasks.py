@@ -1,0 +1,59 @@
+"""Tasks for bench.bench_distlock, loaded by its workers with
+``--include bench.distlock_tasks``: the same short job under recur's
+``@user_lock`` and under the plain retry-on-busy pattern (redis-py's ``Lock``,
+``self.retry()`` when the user is busy), each recording its run."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from config.settings import settings
+from tasks.app import app
+from tasks.base import MessageTask
+from tasks.distlock import user_lock
+from tasks.redis_conn import get_redis
+
+
+def runs_key() -> str:
+    return f"{settings().key_prefix}:bench:runs"
+
+
+def retries_key() -> str:
+    return f"{settings().key_prefix}:bench:busy-retries"
+
+
+def record(message: Any, started: float) -> None:
+    entry = {"id": message["id"], "user": message["user_id"], "start": started,
+             "end": time.time(), "pid": os.getpid()}
+    get_redis().rpush(runs_key(), json.dumps(entry))
+
+
+def work(message: Any) -> None:
+    started = time.time()
+    time.sleep(float(message["payload"]["ms"]) / 1000)
+    record(message, started)
+
+
+@app.task(bind=True, base=MessageTask, name="bench.locked_job")
+@user_lock()
+def locked_job(self: MessageTask, message: Any) -> None:
+    """recur's lock: a busy user's job is parked and handed over in order."""
+    work(self.message(message))
+
+
+@app.task(bind=True, base=MessageTask, name="bench.retry_job", max_retries=None)
+def retry_job(self: MessageTask, message: Any) -> None:
+    """The baseline: try the lock, retry at the back of the queue while the user is busy."""
+    msg = self.message(message)
+    lock = get_redis().lock(f"{settings().key_prefix}:bench:plain-lock:{msg['user_id']}",
+                            timeout=30)
+    if not lock.acquire(blocking=False):
+        get_redis().incr(retries_key())
+        raise self.retry(countdown=0)
+    try:
+        work(msg)
+    finally:
+        lock.release()

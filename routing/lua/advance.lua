@@ -1,0 +1,40 @@
+-- advance.lua: record that the next sequence number was sent (or skipped), atomically,
+-- and only by the destination's one sender.
+--
+-- KEYS[1]  <prefix>:reseq:{<d>}:sender   string  token of the running sender (TTL)
+-- KEYS[2]  <prefix>:reseq:{<d>}:sent     string  last sequence number sent or skipped
+-- KEYS[3]  <prefix>:reseq:{<d>}:pending  hash    seq -> arrival JSON
+-- KEYS[4]  <prefix>:reseq:{<d>}:buffer   hash    seq -> entry JSON
+-- KEYS[5]  <prefix>:reseq:{<d>}:skipped  list    skip records (JSON), newest first, capped
+-- KEYS[6]  <prefix>:reseq:{<d>}:stats    hash    counters: sent, skipped, late
+-- ARGV[1]  sender token
+-- ARGV[2]  seq (must be sent + 1)
+-- ARGV[3]  'sent' or 'skipped'
+-- ARGV[4]  skip record JSON (for 'skipped')
+-- ARGV[5]  skip records kept
+-- ARGV[6]  '1': skip only if no entry arrived meanwhile (a gap timing out)
+--
+-- Returns 'ok', 'not-owner' (the sender lost its lock: stop), 'out-of-step' (seq is
+-- not the next one) or 'arrived' (the gap filled just now: send it instead).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 'not-owner'
+end
+local seq = tonumber(ARGV[2])
+local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
+if seq ~= sent + 1 then
+  return 'out-of-step'
+end
+if ARGV[6] == '1' and redis.call('HEXISTS', KEYS[4], seq) == 1 then
+  return 'arrived'
+end
+redis.call('SET', KEYS[2], seq)
+redis.call('HDEL', KEYS[3], seq)
+redis.call('HDEL', KEYS[4], seq)
+if ARGV[3] == 'skipped' then
+  redis.call('LPUSH', KEYS[5], ARGV[4])
+  redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[5]) - 1)
+  redis.call('HINCRBY', KEYS[6], 'skipped', 1)
+else
+  redis.call('HINCRBY', KEYS[6], 'sent', 1)
+end
+return 'ok'

@@ -1,0 +1,144 @@
+"""The sender: sends a destination's ready messages strictly in sequence order.
+
+At most one sender runs per destination (a Redis lock with a token and a
+TTL). It sends ``sent + 1`` and records it atomically, then the next, until
+the next one is not processed yet. A failed message, a refused send or a gap
+(a missing sequence number with later ones ready behind it) still open after
+RECUR_RESEQ_GAP_TIMEOUT is skipped, recorded and logged, so the destination
+never blocks forever. The timeout runs from when the gap is first seen, as in
+Camel's stream resequencer, so a backlog in the processing queues (which
+keeps arrival order) is not mistaken for a lost message. While a send is retried nothing after it
+goes out, so retries never reorder. A sender that has to wait (a gap not yet
+timed out, a destination that stays down, another sender's lock) books a
+delayed run of itself through ``wake`` instead of sleeping on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from enum import Enum
+
+from config.errors import DestinationUnavailable
+from routing.outbound import Delivery, post_with_retries
+from routing.resequencer import Next, Resequencer, skip_record
+
+log = logging.getLogger(__name__)
+
+#: Books a sender run for the destination in the given number of seconds.
+Wake = Callable[[float], None]
+
+
+class Step(Enum):
+    """What one step of the sender loop leads to."""
+
+    NEXT = "next"  # advanced (or the gap filled): look at the next sequence number
+    WAIT = "wait"  # nothing to send now: release, unless something became ready
+    BACKOFF = "backoff"  # the destination keeps failing: hold it, try again later
+    LOST = "lost"  # the lock is gone: stop without touching anything
+
+
+#: Seconds one sender run keeps going before it hands its turn back (re-queued at
+#: the back of the outbound queue), so a busy destination cannot hold a sender
+#: thread while other destinations' runs wait for one.
+TURN_SECONDS = 10.0
+
+
+def run_sender(reseq: Resequencer, destination: str, wake: Wake) -> str:
+    """Send what is ready for ``destination``; returns why it stopped.
+
+    ``wake(0)`` asks for another run at once (the turn is over).
+    """
+    token = uuid.uuid4().hex
+    if not reseq.acquire(destination, token):
+        # Another sender runs (or died holding the lock): look again when it expires.
+        wake(max(reseq.lock_left_ms(destination), 50) / 1000)
+        return "busy"
+    turn_ends = time.monotonic() + TURN_SECONDS
+    try:
+        while True:
+            step = send_step(reseq, destination, token, wake)
+            if step is Step.LOST:
+                return "lost"
+            if step is Step.BACKOFF:
+                # Keep the lock through the backoff: deposits meanwhile leave the
+                # destination alone instead of starting a sender that retries at once.
+                reseq.extend(destination, token, int(reseq.cfg.send_backoff_max * 1000))
+                wake(reseq.cfg.send_backoff_max)
+                return "backoff"
+            if step is Step.WAIT and reseq.release(destination, token) != "more":
+                return "idle"
+            if time.monotonic() > turn_ends:
+                reseq.release(destination, token, force=True)
+                wake(0)
+                return "turn-over"
+    except BaseException:
+        reseq.release(destination, token, force=True)
+        raise
+
+
+def send_step(reseq: Resequencer, destination: str, token: str, wake: Wake) -> Step:
+    """Handle the next sequence number once."""
+    nxt = reseq.peek(destination)
+    if nxt.entry is not None:
+        return deliver(reseq, destination, token, nxt)
+    if nxt.pending is None or nxt.buffered == 0:
+        return Step.WAIT  # nothing assigned past what was sent, or nothing waits behind it
+    since = reseq.gap_since(destination, nxt.seq, nxt.now_ms)
+    wait_ms = since + reseq.cfg.reseq_gap_timeout * 1000 - nxt.now_ms
+    if wait_ms > 0:
+        wake(wait_ms / 1000)
+        return Step.WAIT
+    reason = (f"timeout: not processed {reseq.cfg.reseq_gap_timeout:g}s after later "
+              "messages were ready")
+    return skip(reseq, destination, token, nxt, reason, only_if_absent=True)
+
+
+def deliver(reseq: Resequencer, destination: str, token: str, nxt: Next) -> Step:
+    """Send the processed entry of ``nxt`` (or skip it if processing failed)."""
+    assert nxt.entry is not None and nxt.pending is not None
+    if "failed" in nxt.entry:
+        return skip(reseq, destination, token, nxt, f"failed: {nxt.entry['failed']}")
+    delivery = Delivery(destination=destination, seq=nxt.seq, message_id=nxt.entry["id"],
+                        arrived_at=nxt.pending["t"] / 1000, result=nxt.entry.get("result"))
+    url = reseq.cfg.destinations.get(destination)
+    if url is None:
+        return skip(reseq, destination, token, nxt,
+                    "refused: destination no longer configured (RECUR_DESTINATIONS)")
+    try:
+        status = post_with_retries(url, delivery, reseq.cfg,
+                                   lambda: reseq.extend(destination, token))
+    except DestinationUnavailable as exc:
+        log.warning("destination %s unavailable (%s); seq %d and later wait, "
+                    "retrying in %gs", destination, exc, nxt.seq, reseq.cfg.send_backoff_max)
+        return Step.BACKOFF
+    if status is None:
+        log.warning("destination %s: sender lost its lock before seq %d; another sender "
+                    "takes over", destination, nxt.seq)
+        return Step.LOST
+    if not 200 <= status < 300:
+        return skip(reseq, destination, token, nxt, f"refused: HTTP {status}")
+    return advanced(reseq.advance(destination, token, nxt.seq), destination, nxt.seq)
+
+
+def skip(reseq: Resequencer, destination: str, token: str, nxt: Next, reason: str,
+         only_if_absent: bool = False) -> Step:
+    """Skip ``nxt`` for good: recorded, counted and logged."""
+    message_id = (nxt.entry or nxt.pending or {}).get("id", "")
+    outcome = reseq.advance(destination, token, nxt.seq,
+                            skip_record(nxt.seq, message_id, reason), only_if_absent)
+    if outcome == "ok":
+        log.warning("destination %s: skipped seq %d (message %s): %s", destination, nxt.seq,
+                    message_id, reason)
+    return advanced(outcome, destination, nxt.seq)
+
+
+def advanced(outcome: str, destination: str, seq: int) -> Step:
+    if outcome in ("ok", "arrived"):
+        return Step.NEXT
+    log.warning("destination %s: could not record seq %d (%s); stopping this sender",
+                destination, seq, outcome)
+    return Step.LOST
+

@@ -1,0 +1,1 @@
+"""The due-jobs store, the drain loop, lease recovery and ``recur status``."""

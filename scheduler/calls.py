@@ -1,0 +1,198 @@
+"""The task side of the store: countdown/eta → a row, and the dispatch token check.
+
+``MessageTask.apply_async`` asks :func:`store_plan` whether a call goes to the
+due-jobs store (a long enough delay, an explicit job key, or a task
+rescheduling its own job) or straight to the broker. Input is checked first,
+so a bad call raises before anything is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from config.errors import InvalidSchedule
+from config.settings import Settings
+from routing.messages import validate_message
+from scheduler.callargs import encode_call, message_of
+from scheduler.store import Job, get_store
+
+log = logging.getLogger(__name__)
+
+#: The message header the scheduler sets, ``[job_key, token, lease]`` (the lease
+#: expiry in microseconds since the epoch, see store.Claimed); the worker
+#: compares it with the row. One header: every header costs publish time.
+DISPATCH_HEADER = "recur_dispatch"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """Which row a running message is a copy of, and the token it was dispatched with."""
+
+    job_key: str
+    token: int
+    lease_us: int | None = None
+
+    def matches(self, live: tuple[int, datetime | None] | None) -> bool:
+        """Whether this copy is the row's live dispatch (token and lease stamp)."""
+        if live is None or live[0] != self.token:
+            return False
+        return self.lease_us is None or live[1] is None or micros(live[1]) == self.lease_us
+
+
+def micros(moment: datetime) -> int:
+    """Microseconds since the epoch: an exact, JSON-safe stamp of a datetime."""
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class ScheduledJob:
+    """What ``apply_async`` returns for a call that went to the store."""
+
+    job_key: str
+    due_at: datetime
+    #: False when a stale copy tried to reschedule its job (nothing was changed).
+    accepted: bool = True
+
+    @property
+    def id(self) -> str:
+        return self.job_key
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def _header(request: Any, name: str) -> Any:
+    """A message header as Celery exposes it: a request attribute, or in ``headers``."""
+    value = getattr(request, name, None)
+    headers = getattr(request, "headers", None)
+    if value is None and isinstance(headers, Mapping):
+        value = headers.get(name)
+    return value
+
+
+def dispatch_of(request: Any) -> Dispatch | None:
+    """The dispatch a task request carries (the scheduler's header), or None."""
+    value = _header(request, DISPATCH_HEADER)
+    if value is None:
+        return None
+    key, token, lease = value
+    return Dispatch(str(key), int(token), None if lease is None else int(lease))
+
+
+def dispatch_header(job_key: str, token: int, lease_until: datetime) -> list[Any]:
+    """The header value :func:`dispatch_of` reads back."""
+    return [job_key, token, micros(lease_until)]
+
+
+def due_time(countdown: Any, eta: Any, now: datetime) -> datetime | None:
+    """When a call is due, from Celery's ``countdown``/``eta`` (None: no delay given)."""
+    if countdown is not None and eta is not None:
+        raise InvalidSchedule("give countdown or eta, not both")
+    if countdown is not None:
+        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+            raise InvalidSchedule(f"countdown must be a number of seconds, got {countdown!r}")
+        if not math.isfinite(countdown) or countdown < 0:
+            raise InvalidSchedule(f"countdown must be a finite number >= 0, got {countdown!r}")
+        return now + timedelta(seconds=countdown)
+    if eta is None:
+        return None
+    if isinstance(eta, str):
+        try:
+            eta = datetime.fromisoformat(eta)
+        except ValueError as exc:
+            raise InvalidSchedule(f"eta {eta!r} is not an ISO 8601 time") from exc
+    if not isinstance(eta, datetime):
+        raise InvalidSchedule(f"eta must be a datetime, got {type(eta).__name__}")
+    if eta.tzinfo is None or eta.utcoffset() is None:
+        raise InvalidSchedule(f"eta {eta.isoformat()} is naive: give a timezone-aware time "
+                              "(e.g. datetime.now(UTC) + delay)")
+    return eta.astimezone(UTC)
+
+
+
+
+
+@dataclass(frozen=True)
+class StoreCall:
+    """A call that goes to the store: validated and encoded, not yet written."""
+
+    task: str
+    job: Job
+    reschedule_of: Dispatch | None
+
+    def write(self, cfg: Settings, request: Any) -> ScheduledJob:
+        """Write the row: an upsert, or the token-checked reschedule of the running job."""
+        store, job = get_store(cfg.database_url), self.job
+        if self.reschedule_of is None:
+            store.schedule([job], utcnow())
+            return ScheduledJob(job.job_key, job.due_at)
+        accepted = store.reschedule(job.job_key, self.reschedule_of.token, job.due_at,
+                                    utcnow(), args=job.args)
+        request.recur_settled = True  # this run decided its row's fate: no finish
+        if not accepted:
+            log.warning("job %s: not rescheduled, token %d is stale (the job was dispatched "
+                        "again); leaving it to its live copy", job.job_key,
+                        self.reschedule_of.token)
+        return ScheduledJob(job.job_key, job.due_at, accepted)
+
+
+def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
+               options: Mapping[str, Any], job_key: str | None, request: Any,
+               cfg: Settings) -> StoreCall | None:
+    """The store write for this call, or None when it should be published directly.
+
+    Validates the delay options on every call and, for store calls, the message
+    (bucket, payload limit) and that the arguments are JSON.
+    """
+    now = utcnow()
+    due = due_time(options.get("countdown"), options.get("eta"), now)
+    call_args, call_kwargs = list(args or ()), dict(kwargs or {})
+    running = dispatch_of(request)
+    if job_key is not None and (not isinstance(job_key, str) or not job_key.strip()):
+        raise InvalidSchedule(f"job_key must be a non-empty string, got {job_key!r}")
+    message = validate_message(message_of(call_args, call_kwargs), cfg)
+    key = job_key or message["id"]
+    own = running if running is not None and running.job_key == key else None
+    long_delay = due is not None and (due - now).total_seconds() >= cfg.schedule_threshold
+    if own is None and job_key is None and not long_delay:
+        return None
+    for name in ("link", "link_error"):
+        if options.get(name) and own is None:
+            raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
+                                  f"store (delay >= {cfg.schedule_threshold}s or a job key)")
+    text = encode_call(call_args, call_kwargs, int(options.get("retries") or 0))
+    job = Job(job_key=key, task=task_name, bucket=message["bucket"], args=text,
+              due_at=due or now)
+    return StoreCall(task_name, job, own)
+
+
+def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) -> Any:
+    """Run a scheduler-dispatched message unless it is a stale copy; settle its row.
+
+    A copy whose token is no longer the row's (its lease ran out and the job
+    was dispatched again, or the job already finished) is dropped and logged.
+    A run that neither rescheduled nor failed finishes its one-shot job.
+    """
+    store = get_store(cfg.database_url)
+    live = store.live_dispatch(dispatch.job_key, wait=False)
+    if not dispatch.matches(live):  # maybe its dispatch is still committing: wait for it
+        live = store.live_dispatch(dispatch.job_key, wait=True)
+    if not dispatch.matches(live):
+        log.warning("dropping stale duplicate of job %s: it carries token %d (lease %s), the "
+                    "job's live dispatch is %s", dispatch.job_key, dispatch.token,
+                    dispatch.lease_us, "none" if live is None else
+                    f"token {live[0]} (lease {live[1] and micros(live[1])})")
+        return None
+    result = run()
+    if not getattr(request, "recur_settled", False) and not store.finish(
+            dispatch.job_key, dispatch.token):
+        log.warning("job %s: finished, but token %d is stale: the job was dispatched again "
+                    "meanwhile", dispatch.job_key, dispatch.token)
+    return result

@@ -1,0 +1,180 @@
+"""The scheduler process: keep every bucket queue fed from the due-jobs store.
+
+Each pass: put rows whose lease ran out back to scheduled, then per bucket,
+when its queue holds fewer ready messages than the low watermark, dispatch due
+rows (earliest first) until it holds the high watermark; if nothing is due and
+pull-forward is on for the bucket, dispatch its earliest future rows up to the
+low watermark so idle workers run them early. Broker or database trouble is
+logged with what happens next and retried with backoff; SIGTERM finishes the
+batch in hand, then stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import FrameType
+
+from config.buckets import BUCKETS, Bucket
+from config.errors import ConfigError, ServiceUnavailable
+from config.settings import Settings
+from scheduler.calls import utcnow
+from scheduler.periodic import PeriodicEntry, entries_from_beat
+from scheduler.publisher import ConfirmingPublisher
+from scheduler.store import DueStore
+
+log = logging.getLogger("recur.scheduler")
+
+MAX_BACKOFF = 30.0
+
+
+@dataclass
+class Backoff:
+    """Doubling waits between reconnect attempts, reset by a pass that worked."""
+
+    first: float = 0.5
+    current: float = 0.0
+
+    def next(self) -> float:
+        self.current = min(MAX_BACKOFF, self.current * 2 if self.current else self.first)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0
+
+
+def check_watermarks(cfg: Settings) -> None:
+    if cfg.low_watermark > cfg.high_watermark:
+        raise ConfigError(f"RECUR_LOW_WATERMARK ({cfg.low_watermark}) must not exceed "
+                          f"RECUR_HIGH_WATERMARK ({cfg.high_watermark})")
+
+
+@dataclass
+class Scheduler:
+    """One drain loop over one store and one broker connection."""
+
+    store: DueStore
+    publisher: ConfirmingPublisher
+    cfg: Settings
+    stopping: threading.Event = field(default_factory=threading.Event)
+    #: Beat-style entries (from the app's ``beat_schedule``), stored when the loop starts.
+    periodic: list[PeriodicEntry] = field(default_factory=list)
+
+    @property
+    def pull_forward(self) -> set[str]:
+        return {b.strip() for b in self.cfg.pull_forward.split(",") if b.strip()}
+
+    def run(self) -> None:
+        """Drain until ``stopping`` is set; service outages are waited out."""
+        check_watermarks(self.cfg)
+        backoff = Backoff()
+        log.info("scheduler started: store %s, watermarks %d..%d, batch %d, lease %.0fs, "
+                 "pull-forward %s", self.store.url, self.cfg.low_watermark,
+                 self.cfg.high_watermark, self.cfg.drain_batch, self.cfg.lease_seconds,
+                 ",".join(sorted(self.pull_forward)) or "off")
+        synced = False
+        while not self.stopping.is_set():
+            try:
+                if not synced:
+                    self.store.sync_periodic(self.periodic, utcnow())
+                    synced = True
+                moved = self.pass_once()
+            except ServiceUnavailable as exc:
+                wait = backoff.next()
+                log.warning("%s; reconnecting in %.1fs", exc, wait)
+                self.publisher.close()
+                self.stopping.wait(wait)
+                continue
+            backoff.reset()
+            if not moved:
+                self.stopping.wait(self.cfg.scheduler_interval)
+        self.publisher.close()
+        log.info("scheduler stopped")
+
+    def pass_once(self) -> int:
+        """One pass over leases and buckets; returns the rows moved."""
+        now = utcnow()
+        recovered = self.store.recover_expired(now, self.cfg.drain_batch)
+        if recovered:
+            log.warning("leases expired, dispatching again: %s",
+                        ", ".join(f"{b}={n}" for b, n in sorted(recovered.items())))
+        moved = sum(recovered.values())
+        fired = self.store.fire_periodic(now)
+        if fired:
+            log.info("periodic entries fired: %s", ", ".join(fired))
+        for bucket in BUCKETS:
+            if self.stopping.is_set():
+                break
+            moved += self.fill(bucket, now)
+        return moved
+
+    def fill(self, bucket: Bucket, now: datetime) -> int:
+        """Top up one bucket's queue; returns the messages published."""
+        depth = self.publisher.depth(bucket.queue)
+        if depth >= self.cfg.low_watermark:
+            return 0
+        sent = self.dispatch(bucket, self.cfg.high_watermark - depth, now, early=False)
+        if sent:
+            log.info("%s: queue had %d ready, dispatched %d due", bucket.name, depth, sent)
+        elif bucket.name in self.pull_forward:
+            sent = self.dispatch(bucket, self.cfg.low_watermark - depth, now, early=True)
+            if sent:
+                log.info("%s: idle (%d ready, nothing due), pulled %d future jobs forward",
+                         bucket.name, depth, sent)
+        return sent
+
+    def dispatch(self, bucket: Bucket, room: int, now: datetime, *, early: bool) -> int:
+        """Dispatch batches until ``room`` is used or no row is left."""
+        sent = 0
+        lease_until = now + timedelta(seconds=self.cfg.lease_seconds)
+        while room > 0 and not self.stopping.is_set():
+            want = min(self.cfg.drain_batch, room)
+            got = self.store.dispatch(bucket.name, want, now, lease_until,
+                                      self.publisher.publish, early=early)
+            sent, room = sent + got, room - got
+            if got < want:
+                break
+        return sent
+
+
+def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
+    """Open the store, waiting out a database that is down (None if stopped first)."""
+    backoff = Backoff()
+    while not stopping.is_set():
+        try:
+            return DueStore.open(cfg.database_url)
+        except ServiceUnavailable as exc:
+            wait = backoff.next()
+            log.warning("%s; retrying in %.1fs", exc, wait)
+            stopping.wait(wait)
+    return None
+
+
+def run_scheduler(cfg: Settings) -> None:
+    """``recur scheduler``: run until SIGTERM/SIGINT, finishing the batch in hand."""
+    from routing.queues import TASK_EXCHANGE, declare_topology
+
+    check_watermarks(cfg)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping after the batch in hand", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    store = open_store(cfg, stopping)
+    if store is None:
+        return
+    from tasks.app import app
+
+    publisher = ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name,
+                                    on_connect=lambda conn: declare_topology(conn, cfg))
+    periodic = entries_from_beat(app.conf.beat_schedule or {}, cfg)
+    try:
+        Scheduler(store, publisher, cfg, stopping, periodic).run()
+    finally:
+        store.close()

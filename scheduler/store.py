@@ -1,0 +1,461 @@
+"""The due-jobs store: every statement against the due-jobs tables lives here.
+
+A row is one job key: scheduled (waiting for ``due_at``) → dispatched (published,
+with a lease and a new token) → scheduled again when its task reschedules it
+(only if the token still matches), or deleted when it finishes for good. A row
+whose lease runs out goes back to scheduled and is dispatched again with a
+new token, so a stale copy can be recognised by its token.
+
+On PostgreSQL several schedulers claim rows with ``FOR UPDATE SKIP LOCKED``;
+on SQLite every transaction holds the one write lock (``BEGIN IMMEDIATE``).
+Driver errors come out as :class:`StoreUnavailable` or :class:`StoreError`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Insert,
+    Text,
+    and_,
+    bindparam,
+    case,
+    delete,
+    func,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.sql import Delete, Select, Update
+
+from config.errors import StoreError, StoreUnavailable
+from scheduler.engine import make_engine
+from scheduler.migrate import check_schema
+from scheduler.periodic import PeriodicEntry, next_run
+from scheduler.schema import (
+    DISPATCHED,
+    SCHEDULED,
+    UtcDateTime,
+    due_counters,
+    due_jobs,
+    periodic_entries,
+)
+
+#: Counter of rows whose lease ran out and that were put back to be dispatched again.
+RECOVERED = "leases_recovered"
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job to schedule: ``args`` is JSON text ``{"args": [...], "kwargs": {...}}``."""
+
+    job_key: str
+    task: str
+    bucket: str
+    args: str
+    due_at: datetime
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A row claimed for dispatch: its message carries ``token`` and ``lease_until``.
+
+    The token alone can repeat: a dispatch whose transaction rolled back after
+    publishing (scheduler killed, confirm lost) leaves copies with the token
+    the next dispatch gives again. The lease stamp differs, so the pair
+    identifies one dispatch.
+    """
+
+    job_key: str
+    task: str
+    bucket: str
+    args: str
+    due_at: datetime
+    token: int
+    lease_until: datetime
+
+
+Statement = Select[Any] | Update | Delete
+# The worker's per-job statements, named by what they do.
+# peek_dispatch: is this message the row's current copy? (last committed state)
+# live_dispatch: the same, but FOR SHARE waits for a scheduler still committing
+# the dispatch of this very message (it publishes before it commits), then reads
+# the committed row. The state is tested by the caller, not in WHERE: PostgreSQL
+# would filter on the old row version and never wait.
+PEEK_DISPATCH = select(due_jobs.c.token, due_jobs.c.lease_until, due_jobs.c.state).where(
+    due_jobs.c.job_key == bindparam("key"))
+LIVE_DISPATCH = PEEK_DISPATCH.with_for_update(read=True)
+# reschedule_job: token-checked dispatched → scheduled (new args only if given).
+RESCHEDULE = update(due_jobs).where(
+    due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
+    due_jobs.c.state == DISPATCHED,
+).values(state=SCHEDULED, due_at=bindparam("due", type_=UtcDateTime()), lease_until=None,
+         attempts=0, updated_at=bindparam("now", type_=UtcDateTime()),
+         args=func.coalesce(bindparam("new_args", type_=Text()), due_jobs.c.args))
+# finish_job: token-checked delete of a one-shot job.
+FINISH = delete(due_jobs).where(
+    due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
+    due_jobs.c.state == DISPATCHED)
+
+
+class RawStatements:
+    """Statements compiled once for PostgreSQL, run on one psycopg connection per thread."""
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.url = url
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        self._connect = (tuple(cargs), dict(cparams))
+        self._dialect = engine.dialect
+        self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._local = threading.local()
+        self._all: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+
+    def _sql(self, stmt: Statement) -> tuple[str, dict[str, Any]]:
+        if id(stmt) not in self._compiled:
+            compiled = stmt.compile(dialect=self._dialect)
+            self._compiled[id(stmt)] = (str(compiled), dict(compiled.params))
+        return self._compiled[id(stmt)]
+
+    def _conn(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
+        if conn is None or conn.closed:
+            cargs, cparams = self._connect
+            conn = psycopg.connect(*cargs, **cparams, autocommit=True)
+            conn.execute("SET synchronous_commit TO off")
+            self._local.conn = conn
+            with self._lock:
+                self._all.append(conn)
+        return conn
+
+    def execute(self, what: str, stmt: Statement, params: dict[str, Any]) -> tuple[Any, int]:
+        sql, defaults = self._sql(stmt)
+        try:
+            cur = self._conn().execute(sql, {**defaults, **params})
+            return (cur.fetchone() if cur.description else None), cur.rowcount
+        except psycopg.OperationalError as exc:
+            self._local.conn = None
+            raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"due-jobs store {self.url}: {what} failed: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+
+
+@dataclass(frozen=True)
+class BucketStats:
+    """What ``recur status`` shows for one bucket."""
+
+    bucket: str
+    scheduled: int
+    due: int
+    oldest_due_at: datetime | None
+    dispatched: int
+    expired: int
+    recovered: int
+
+
+#: Publishes claimed rows and returns only once the broker confirmed all of them.
+Publisher = Callable[[list[Claimed]], None]
+
+
+@contextmanager
+def _wrapped(url: str, what: str) -> Iterator[None]:
+    """Turn driver errors into ours, naming what we were doing."""
+    try:
+        yield
+    except (OperationalError, DBAPIError) as exc:
+        if isinstance(exc, OperationalError) or exc.connection_invalidated:
+            raise StoreUnavailable(f"due-jobs store {url}: cannot {what}: {exc}") from exc
+        raise StoreError(f"due-jobs store {url}: {what} failed: {exc}") from exc
+    except SQLAlchemyError as exc:
+        raise StoreError(f"due-jobs store {url}: {what} failed: {exc}") from exc
+
+
+class DueStore:
+    """The one narrow interface to the due-jobs tables."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=True)
+        self.dialect = engine.dialect.name
+        self._raw = RawStatements(engine, self.url) if self.dialect == "postgresql" else None
+
+    @classmethod
+    def open(cls, url: str, *, check: bool = True) -> DueStore:
+        """Connect to ``url``; with ``check``, refuse a schema that is not upgraded."""
+        store = cls(make_engine(url))
+        if check:
+            check_schema(store.engine)
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self._raw is not None:
+            self._raw.close()
+
+    @contextmanager
+    def _tx(self, what: str) -> Iterator[Connection]:
+        with _wrapped(self.url, what), self.engine.begin() as conn:
+            yield conn
+
+    def _settle(self, what: str, stmt: Statement, params: dict[str, Any]
+                ) -> tuple[Any, int]:
+        """Run one of a worker's per-job statements: (first row or None, rowcount).
+
+        On PostgreSQL it runs on this thread's own psycopg connection, compiled
+        once, autocommitted, with ``synchronous_commit off``: SQLAlchemy's
+        per-execution work and the wait for the WAL flush were most of a
+        worker's cost per job. Not waiting for the flush is safe here because
+        every such change is backed by the row's lease: if a database crash
+        loses it, the row is still dispatched and the lease brings the job back
+        (a duplicate run after a fault, never a lost job). Producers' schedules
+        and the scheduler's dispatches stay fully durable.
+        """
+        if self._raw is None:
+            with self._tx(what) as conn:
+                result = conn.execute(stmt, params)
+                return (result.first() if result.returns_rows else None), result.rowcount
+        return self._raw.execute(what, stmt, params)
+
+    def _insert(self) -> Any:
+        """The dialect's INSERT with ON CONFLICT support."""
+        module: Any = postgresql if self.dialect == "postgresql" else sqlite
+        return module.insert
+
+    # -- producers -------------------------------------------------------------
+
+    def schedule(self, jobs: Sequence[Job], now: datetime) -> None:
+        """Upsert ``jobs`` by key (idempotent).
+
+        A new key becomes a scheduled row. An existing key takes the new task,
+        args and due time but keeps its state, lease and token: a dispatched
+        job stays with its one live copy, whose reschedule or finish decides.
+        """
+        if not jobs:
+            return
+        rows = [{"job_key": j.job_key, "task": j.task, "bucket": j.bucket, "args": j.args,
+                 "due_at": j.due_at, "created_at": now, "updated_at": now} for j in jobs]
+        stmt: Insert = self._insert()(due_jobs)
+        # upsert_job: insert, or refresh what/when of an existing key.
+        stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+            index_elements=[due_jobs.c.job_key],
+            set_={"task": stmt.excluded.task, "bucket": stmt.excluded.bucket,  # type: ignore[attr-defined]
+                  "args": stmt.excluded.args, "due_at": stmt.excluded.due_at,  # type: ignore[attr-defined]
+                  "updated_at": stmt.excluded.updated_at})  # type: ignore[attr-defined]
+        with self._tx("schedule jobs") as conn:
+            conn.execute(stmt, rows)
+
+    # -- workers ---------------------------------------------------------------
+
+    def live_dispatch(self, job_key: str, *, wait: bool = True
+                      ) -> tuple[int, datetime | None] | None:
+        """(token, lease_until) of the dispatched row ``job_key``; None if not dispatched.
+
+        With ``wait`` the read waits for a dispatch of the row still being
+        committed; without, it is a plain read of the last committed state
+        (cheaper: no row lock), enough when it shows the copy is live.
+        """
+        stmt = LIVE_DISPATCH if wait else PEEK_DISPATCH
+        row, _ = self._settle("read a job's token", stmt, {"key": job_key})
+        if row is None or row[2] != DISPATCHED:
+            return None
+        lease: datetime | None = row[1]
+        if lease is not None and lease.tzinfo is None:  # SQLite via the raw path never
+            lease = lease.replace(tzinfo=UTC)
+        return int(row[0]), lease
+
+    def reschedule(self, job_key: str, token: int, due_at: datetime, now: datetime,
+                   args: str | None = None) -> bool:
+        """Put the dispatched row back to scheduled at ``due_at``, if ``token`` is current.
+
+        Returns False (nothing changed) when the row was re-dispatched or removed
+        meanwhile: the caller is a stale copy.
+        """
+        _, count = self._settle("reschedule a job", RESCHEDULE, {
+            "key": job_key, "current": token, "due": due_at, "now": now, "new_args": args})
+        return count == 1
+
+    def finish(self, job_key: str, token: int) -> bool:
+        """Remove a finished one-shot job, if ``token`` is current (False: stale copy)."""
+        _, count = self._settle("finish a job", FINISH, {"key": job_key, "current": token})
+        return count == 1
+
+    # -- the scheduler -----------------------------------------------------------
+
+    def dispatch(self, bucket: str, limit: int, now: datetime, lease_until: datetime,
+                 publish: Publisher, *, early: bool = False) -> int:
+        """Claim up to ``limit`` rows of ``bucket``, publish them, mark them dispatched.
+
+        Due rows (``due_at <= now``), or with ``early`` the earliest rows whatever
+        their time (idle pull-forward). The rows stay locked while ``publish``
+        runs; they are marked dispatched with a new token and a lease only after
+        it returned (the broker confirmed). If it raises, nothing is marked.
+        """
+        conditions = [due_jobs.c.bucket == bucket, due_jobs.c.state == SCHEDULED]
+        if not early:
+            conditions.append(due_jobs.c.due_at <= now)
+        # claim_rows: earliest scheduled rows of one bucket, skipping rows that
+        # another scheduler holds.
+        claim = (select(due_jobs.c.job_key, due_jobs.c.task, due_jobs.c.args,
+                        due_jobs.c.due_at, due_jobs.c.token)
+                 .where(and_(*conditions)).order_by(due_jobs.c.due_at).limit(limit)
+                 .with_for_update(skip_locked=True))
+        with self._tx(f"dispatch bucket {bucket}") as conn:
+            claimed = [Claimed(job_key=r.job_key, task=r.task, bucket=bucket, args=r.args,
+                               due_at=r.due_at, token=r.token + 1, lease_until=lease_until)
+                       for r in conn.execute(claim)]
+            if not claimed:
+                return 0
+            publish(claimed)
+            # mark_dispatched: new token, lease, one more attempt.
+            conn.execute(update(due_jobs)
+                         .where(due_jobs.c.job_key.in_([c.job_key for c in claimed]))
+                         .values(state=DISPATCHED, token=due_jobs.c.token + 1,
+                                 lease_until=lease_until, attempts=due_jobs.c.attempts + 1,
+                                 updated_at=now))
+        return len(claimed)
+
+    def recover_expired(self, now: datetime, limit: int) -> dict[str, int]:
+        """Put up to ``limit`` dispatched rows whose lease ran out back to scheduled.
+
+        They keep their due time (so they are dispatched first) and their token
+        (the next dispatch gives them a new one). Returns the count per bucket.
+        """
+        # expired_leases: dispatched rows past their lease, not held by another scheduler.
+        expired = (select(due_jobs.c.job_key)
+                   .where(due_jobs.c.state == DISPATCHED, due_jobs.c.lease_until < now)
+                   .order_by(due_jobs.c.lease_until).limit(limit)
+                   .with_for_update(skip_locked=True))
+        # recover_leases: back to scheduled.
+        recover = (update(due_jobs)
+                   .where(due_jobs.c.job_key.in_(expired.scalar_subquery()),
+                          due_jobs.c.state == DISPATCHED)
+                   .values(state=SCHEDULED, lease_until=None, updated_at=now)
+                   .returning(due_jobs.c.bucket))
+        with self._tx("recover expired leases") as conn:
+            counts = Counter(conn.execute(recover).scalars())
+            if counts:
+                self._add_counters(conn, RECOVERED, counts)
+        return dict(counts)
+
+    def _add_counters(self, conn: Connection, name: str, counts: Counter[str]) -> None:
+        stmt: Insert = self._insert()(due_counters)
+        # bump_counter: add to a per-bucket running total.
+        stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+            index_elements=[due_counters.c.bucket, due_counters.c.name],
+            set_={"value": due_counters.c.value + stmt.excluded.value})  # type: ignore[attr-defined]
+        conn.execute(stmt, [{"bucket": b, "name": name, "value": n} for b, n in counts.items()])
+
+    # -- periodic entries --------------------------------------------------------
+
+    def sync_periodic(self, entries: Sequence[PeriodicEntry], now: datetime) -> None:
+        """Make the stored entries exactly ``entries``; a new or changed schedule
+        starts from ``now``, an unchanged one keeps its next run."""
+        names = [e.name for e in entries]
+        table = periodic_entries
+        with self._tx("store periodic entries") as conn:
+            # drop_periodic: entries no longer configured.
+            conn.execute(delete(table).where(table.c.name.not_in(names)))
+            if not entries:
+                return
+            stmt: Insert = self._insert()(table)
+            ex = stmt.excluded  # type: ignore[attr-defined]
+            # upsert_periodic: keep next_run_at unless the schedule changed.
+            stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
+                index_elements=[table.c.name],
+                set_={"task": ex.task, "bucket": ex.bucket, "args": ex.args,
+                      "schedule": ex.schedule,
+                      "next_run_at": case((table.c.schedule == ex.schedule,
+                                           table.c.next_run_at), else_=ex.next_run_at)})
+            conn.execute(stmt, [{"name": e.name, "task": e.task, "bucket": e.bucket,
+                                 "args": e.args, "schedule": e.schedule,
+                                 "next_run_at": next_run(e.schedule, now)} for e in entries])
+
+    def fire_periodic(self, now: datetime) -> list[str]:
+        """Write one due job for every entry whose time came; returns their names.
+
+        The job key names the period, so a period fires once even if two
+        schedulers got here (the entry row is locked, the job insert is idempotent).
+        """
+        table = periodic_entries
+        # due_periodic: entries whose next run came, not held by another scheduler.
+        due = (select(table).where(table.c.next_run_at <= now)
+               .with_for_update(skip_locked=True))
+        with self._tx("fire periodic entries") as conn:
+            fired = list(conn.execute(due))
+            for entry in fired:
+                key = f"periodic:{entry.name}:{entry.next_run_at.isoformat()}"
+                # fire_periodic: the period's job (idempotent), then the next run.
+                conn.execute(self._insert()(due_jobs).on_conflict_do_nothing(
+                    index_elements=[due_jobs.c.job_key]),
+                    {"job_key": key, "task": entry.task, "bucket": entry.bucket,
+                     "args": entry.args, "due_at": entry.next_run_at, "created_at": now,
+                     "updated_at": now})
+                conn.execute(update(table).where(table.c.name == entry.name).values(
+                    next_run_at=next_run(entry.schedule, max(now, entry.next_run_at)),
+                    last_run_at=entry.next_run_at))
+        return [entry.name for entry in fired]
+
+    # -- operators ---------------------------------------------------------------
+
+    def stats(self, now: datetime) -> dict[str, BucketStats]:
+        """Per-bucket counts for ``recur status`` (one scan of the table)."""
+        state, due_at = due_jobs.c.state, due_jobs.c.due_at
+
+        def count(cond: Any) -> Any:
+            return func.coalesce(func.sum(case((cond, 1), else_=0)), 0)
+
+        is_due = and_(state == SCHEDULED, due_at <= now)
+        # bucket_stats: scheduled, due, oldest due, dispatched, expired per bucket.
+        rows = select(
+            due_jobs.c.bucket, count(state == SCHEDULED), count(is_due),
+            type_coerce(func.min(case((is_due, due_at), else_=None)), UtcDateTime()),
+            count(state == DISPATCHED),
+            count(and_(state == DISPATCHED, due_jobs.c.lease_until < now)),
+        ).group_by(due_jobs.c.bucket)
+        totals = select(due_counters.c.bucket, due_counters.c.value).where(
+            due_counters.c.name == RECOVERED)
+        with self._tx("read statistics") as conn:
+            recovered = {b: int(v) for b, v in conn.execute(totals)}
+            found = {r[0]: BucketStats(r[0], int(r[1]), int(r[2]), r[3], int(r[4]), int(r[5]),
+                                       recovered.get(r[0], 0))
+                     for r in conn.execute(rows)}
+        for bucket, n in recovered.items():
+            found.setdefault(bucket, BucketStats(bucket, 0, 0, None, 0, 0, n))
+        return found
+
+
+_stores: dict[tuple[int, str], DueStore] = {}
+
+
+def get_store(url: str) -> DueStore:
+    """This process's store for ``url`` (a forked worker child opens its own)."""
+    key = (os.getpid(), url)
+    if key not in _stores:
+        _stores[key] = DueStore.open(url)
+    return _stores[key]
+
+
+def close_stores() -> None:
+    """Close every store :func:`get_store` opened in this process."""
+    for store in _stores.values():
+        store.close()
+    _stores.clear()

@@ -1,0 +1,190 @@
+"""The due-jobs store's bulk path: the seed job loads millions of rows through it.
+
+Rows travel as lines of PostgreSQL's COPY text format (``copy_line``): the
+seed job builds them inside Spark, so Python only joins and streams them.
+
+PostgreSQL: each chunk of lines is streamed with ``COPY`` into a temporary
+staging table (no WAL, no index), then merged into ``due_jobs`` with
+``INSERT ... SELECT ... ON CONFLICT (job_key) DO NOTHING``, one transaction
+per chunk. SQLite: the same idempotent insert by ``executemany``, for small
+seeds. Either way a row whose job key is already there is left alone and
+counted as already present, so running a seed again, or Spark retrying a lost
+task, never duplicates a job (nor resets one the scheduler has moved on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Protocol
+
+import psycopg
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from config.errors import StoreError, StoreUnavailable
+from scheduler.engine import is_sqlite, make_engine
+from scheduler.schema import due_jobs
+
+#: job_key, task, bucket, args (JSON text), due_at (ISO-8601 text with its offset).
+DueRow = tuple[str, str, str, str, str]
+DUE_FIELDS = ("job_key", "task", "bucket", "args", "due_at")
+#: Shown in pg_stat_activity for the seed's connections.
+APPLICATION_NAME = "recur-seed"
+#: COPY text format: these characters are written as backslash escapes.
+COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
+_UNESCAPE = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+
+# Session-private staging table; every commit empties it.
+CREATE_STAGE = """
+CREATE TEMPORARY TABLE IF NOT EXISTS recur_seed_stage (
+    job_key text, task text, bucket text, args text, due_at timestamptz
+) ON COMMIT DELETE ROWS
+"""
+COPY_STAGE = "COPY recur_seed_stage (job_key, task, bucket, args, due_at) FROM STDIN"
+# The idempotent merge. Key order makes two loaders that share keys lock them
+# in the same order (no deadlock) and walks the primary key index in order.
+MERGE_STAGE = """
+INSERT INTO due_jobs (job_key, task, bucket, args, due_at)
+SELECT job_key, task, bucket, args, due_at FROM recur_seed_stage ORDER BY job_key
+ON CONFLICT (job_key) DO NOTHING
+"""
+
+
+def copy_field(text: str) -> str:
+    """``text`` escaped for COPY's text format."""
+    for raw, escaped in COPY_ESCAPES:
+        text = text.replace(raw, escaped)
+    return text
+
+
+def copy_line(row: DueRow) -> str:
+    """One row as a COPY text-format line (with its newline)."""
+    return "\t".join(copy_field(value) for value in row) + "\n"
+
+
+def _unescape(field: str) -> str:
+    if "\\" not in field:
+        return field
+    out, chars = [], iter(field)
+    for ch in chars:
+        out.append(_UNESCAPE.get(next(chars, ""), "") if ch == "\\" else ch)
+    return "".join(out)
+
+
+def parse_copy_line(line: str) -> DueRow:
+    """The row a ``copy_line`` holds."""
+    key, task, bucket, args, due = (_unescape(f) for f in line.rstrip("\n").split("\t"))
+    return key, task, bucket, args, due
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    """Rows offered to the store, and how many of them were new."""
+
+    offered: int = 0
+    loaded: int = 0
+
+    @property
+    def present(self) -> int:
+        """Rows whose job key was already in the table (left as they were)."""
+        return self.offered - self.loaded
+
+    def __add__(self, other: BulkResult) -> BulkResult:
+        return BulkResult(self.offered + other.offered, self.loaded + other.loaded)
+
+
+class BulkSink(Protocol):
+    """Somewhere to load chunks of rows into, over one connection."""
+
+    def load(self, lines: Sequence[str]) -> BulkResult: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> BulkSink: ...
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
+
+
+class _Closing:
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> BulkSink:
+        return self  # type: ignore[return-value]
+
+    def __exit__(self, _t: type[BaseException] | None, _e: BaseException | None,
+                 _tb: TracebackType | None) -> None:
+        self.close()
+
+
+def libpq_url(url: str) -> str:
+    """The libpq URL of a SQLAlchemy ``postgresql+psycopg://`` URL (options kept)."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class PostgresBulk(_Closing):
+    """COPY into a staging table, then the idempotent merge; one connection."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        try:
+            self.conn = psycopg.connect(libpq_url(url), autocommit=True,
+                                        application_name=APPLICATION_NAME)
+            self.conn.execute(CREATE_STAGE)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"due-jobs database {make_url(url)!r}: {exc}") from exc
+
+    def load(self, lines: Sequence[str]) -> BulkResult:
+        """COPY ``lines`` and merge them, in one transaction."""
+        if not lines:
+            return BulkResult()
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                with cur.copy(COPY_STAGE) as copy:
+                    copy.write("".join(lines))
+                cur.execute(MERGE_STAGE)
+                return BulkResult(len(lines), cur.rowcount)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailable(f"due-jobs database {make_url(self.url)!r}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"bulk load into {make_url(self.url)!r} failed: {exc}") from exc
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SqliteBulk(_Closing):
+    """executemany of the idempotent insert, one transaction per chunk."""
+
+    def __init__(self, url: str) -> None:
+        self.engine = make_engine(url)
+        self.statement = sqlite_insert(due_jobs).on_conflict_do_nothing(
+            index_elements=["job_key"])
+
+    def load(self, lines: Sequence[str]) -> BulkResult:
+        if not lines:
+            return BulkResult()
+        params = []
+        for line in lines:
+            row = dict(zip(DUE_FIELDS, parse_copy_line(line), strict=True))
+            params.append({**row, "due_at": datetime.fromisoformat(row["due_at"])})
+        try:
+            with self.engine.begin() as conn:
+                return BulkResult(len(lines), conn.execute(self.statement, params).rowcount)
+        except OperationalError as exc:
+            raise StoreUnavailable(f"due-jobs database {self.engine.url!r}: {exc}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"bulk load into {self.engine.url!r} failed: {exc}") from exc
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_bulk(url: str) -> BulkSink:
+    """A bulk sink for the due-jobs store at ``url``: COPY on PostgreSQL, else SQLite."""
+    return SqliteBulk(url) if is_sqlite(url) else PostgresBulk(url)

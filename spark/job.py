@@ -1,0 +1,157 @@
+"""The seed job: extract (read or generate) → transform (check) → load, with counts.
+
+Rejected rows never fail the job: they go to the rejects output with their
+reason. The job prints a progress line while it runs and, at the end, how
+many rows were read, loaded, rejected and already present.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from config.errors import RecurError, SeedInputError
+from config.settings import settings
+from scheduler.engine import is_sqlite, make_engine
+from scheduler.migrate import check_schema
+from scheduler.store_bulk import BulkSink, open_bulk
+from spark.extract import read_input
+from spark.generate import generate
+from spark.load import copy_line, partition_loader, rejects_of, run_loader, sink_frame
+from spark.options import SeedOptions, parse_options
+from spark.progress import Progress
+from spark.session import seed_session
+from spark.transform import REJECT_COLUMNS, Rules, check, message_json
+
+REJECT_SCHEMA = ", ".join(f"{c} string" for c in REJECT_COLUMNS)
+#: Rows per partition of a generated population: small steps of progress and retry.
+GENERATED_PER_PARTITION = 250_000
+
+
+@dataclass(frozen=True)
+class SeedReport:
+    """The counts the job prints at the end."""
+
+    read: int
+    loaded: int
+    rejected: int
+    present: int
+    seconds: float
+    sink: str
+    rejects_path: str
+
+    def line(self) -> str:
+        rate = self.read / self.seconds if self.seconds else 0.0
+        return (f"seed: read {self.read}, loaded {self.loaded}, rejected {self.rejected}, "
+                f"already present {self.present} ({self.sink}) in {self.seconds:.1f}s "
+                f"({rate:,.0f} rows/s); rejects in {self.rejects_path}")
+
+
+def source_frame(spark: SparkSession, opts: SeedOptions, rules: Rules) -> DataFrame:
+    """The raw rows: the input file's, or a generated population's."""
+    if opts.input is not None:
+        return read_input(spark, opts.input, opts.format)
+    assert opts.generate is not None, "parse_options requires --input or --generate"
+    partitions = opts.partitions or max(spark.sparkContext.defaultParallelism,
+                                        -(-opts.generate // GENERATED_PER_PARTITION))
+    return generate(spark, opts.generate, opts.seed, partitions, rules.kinds)
+
+
+def guard_rejects_path(path: str) -> None:
+    """Refuse to let Spark's overwrite delete a local directory that is not a rejects output."""
+    local = Path(path)
+    if "://" in path or not local.exists():
+        return
+    if not local.is_dir() or (any(local.iterdir()) and not (local / "_SUCCESS").exists()):
+        raise SeedInputError(f"--rejects {path!r} exists and is not an earlier rejects "
+                             "output: refusing to overwrite it")
+
+
+#: Rows per store transaction: big enough to amortise the merge, small enough
+#: that a failed chunk is cheap to redo.
+STORE_CHUNK = 100_000
+SQLITE_CHUNK = 5_000
+
+
+def check_store(url: str) -> None:
+    """Fail once, in the driver, if the store's schema is missing or old."""
+    engine = make_engine(url)
+    try:
+        check_schema(engine)
+    finally:
+        engine.dispose()
+
+
+def broker_sink(url: str) -> Callable[[], BulkSink]:
+    def open_sink() -> BulkSink:
+        from spark.publish import BrokerPublisher
+
+        return BrokerPublisher(url)
+
+    return open_sink
+
+
+def store_sink(url: str) -> Callable[[], BulkSink]:
+    return lambda: open_bulk(url)
+
+
+def load_plan(opts: SeedOptions, checked: DataFrame) -> tuple[DataFrame, Callable[[], BulkSink],
+                                                               int, int]:
+    """The sink frame, the sink, its chunk size and how many connections it may hold."""
+    if opts.sink == "broker":
+        return (sink_frame(checked, message_json()), broker_sink(opts.broker_url),
+                opts.batch, opts.max_connections)
+    check_store(opts.database_url)
+    line = copy_line(opts.start or datetime.now(UTC), opts.spread)
+    if is_sqlite(opts.database_url):  # one writer: more connections would only queue
+        return sink_frame(checked, line), store_sink(opts.database_url), SQLITE_CHUNK, 1
+    return (sink_frame(checked, line), store_sink(opts.database_url), STORE_CHUNK,
+            opts.max_connections)
+
+
+def write_rejects(spark: SparkSession, output: DataFrame, path: str) -> int:
+    """Write the rejected rows as JSON lines under ``path``; return how many there were."""
+    rejects_of(output).write.mode("overwrite").json(path)
+    return spark.read.schema(REJECT_SCHEMA).json(path).count()
+
+
+def run_seed(spark: SparkSession, opts: SeedOptions,
+             emit: Callable[[str], None] = print) -> SeedReport:
+    """Seed the population described by ``opts``; return the counts."""
+    started = time.monotonic()
+    guard_rejects_path(opts.rejects)
+    rules = Rules.from_settings(settings())
+    checked = check(source_frame(spark, opts, rules), rules)
+    frame, open_sink, chunk, cap = load_plan(opts, checked)
+    with Progress(spark.sparkContext, emit) as progress:
+        progress.step = f"checking and loading into the {opts.sink}"
+        result, output = run_loader(frame, partition_loader(open_sink, chunk), cap)
+        progress.step = "writing rejects"
+        try:
+            rejected = write_rejects(spark, output, opts.rejects)
+        finally:
+            output.unpersist()
+    return SeedReport(read=result.offered + rejected, loaded=result.loaded, rejected=rejected,
+                      present=result.present, seconds=time.monotonic() - started,
+                      sink=opts.sink, rejects_path=opts.rejects)
+
+
+def main(argv: list[str]) -> int:
+    """Run the seed job from a command line; 0 on success, 2 on our errors."""
+    opts = parse_options(argv)
+    spark = seed_session(opts.master)
+    try:
+        report = run_seed(spark, opts, emit=lambda line: print(line, flush=True))
+    except RecurError as exc:
+        print(f"recur seed: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    print(report.line(), flush=True)
+    return 0

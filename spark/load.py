@@ -1,0 +1,118 @@
+"""Load the checked rows per partition (into the store or onto the broker) in one pass.
+
+Spark computes each checked row once and hands it to Python in Arrow
+batches (``mapInArrow``, no per-row Python objects but the line): the COPY
+line (store) or the task arguments (broker) of a valid row, or the reject
+columns of a bad one. A partition is one sink with one connection. Spark
+runs at most one task per core at once, so with more cores than
+``max_connections`` the frame is coalesced to ``max_connections``
+partitions, as Spark's own JDBC writer does with its ``numPartitions``;
+otherwise partitions stay small, so a retried task redoes little and the
+progress line moves often. Each partition returns its rejects and one count record;
+the output is kept (persisted) so the driver reads the counts and writes the
+rejects without loading twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import StorageLevel
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from scheduler.store_bulk import COPY_ESCAPES, BulkResult, BulkSink
+from spark.transform import REJECT_COLUMNS, due_row
+
+#: due_at as text PostgreSQL and Python both read, with its offset (Z).
+DUE_TEXT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
+COUNT, REJECT = "count", "reject"
+
+OUTPUT_NAMES = ("record", *REJECT_COLUMNS, "offered", "loaded")
+OUTPUT_SCHEMA = ("record string, source string, field string, reason string, "
+                 "offered long, loaded long")
+
+SinkFactory = Callable[[], BulkSink]
+
+
+def copy_text(value: Column) -> Column:
+    """``value`` escaped for COPY's text format (store_bulk.copy_field, in Spark)."""
+    for raw, escaped in COPY_ESCAPES:
+        value = F.replace(value, F.lit(raw), F.lit(escaped))
+    return value
+
+
+def copy_line(start: datetime, spread_seconds: float) -> Column:
+    """A valid checked row as a COPY text line (store_bulk.copy_line, in Spark)."""
+    key, task, bucket, args, due = due_row(start, spread_seconds)
+    return F.concat(F.concat_ws("\t", copy_text(key), task, bucket, copy_text(args),
+                                F.date_format(due, DUE_TEXT)), F.lit("\n"))
+
+
+def sink_frame(checked: DataFrame, line: Column) -> DataFrame:
+    """``line`` for valid rows, the reject columns for the others."""
+    valid = F.col("reason").isNull()
+    return checked.select(F.when(valid, line).alias("line"),
+                          *[F.when(~valid, F.col(c)).alias(c)
+                            for c in ("source", "field", "reason")])
+
+
+def _records(kind: str, rows: pa.RecordBatch | None, total: BulkResult | None,
+             text: pa.DataType) -> pa.RecordBatch:
+    """Output records: the rejects of ``rows``, or one count record of ``total``."""
+    n = rows.num_rows if rows is not None else 1
+    columns = ([rows.column(i).cast(text) for i in (1, 2, 3)] if rows is not None
+               else [pa.nulls(1, text)] * 3)
+    counts = ([pa.array([total.offered]), pa.array([total.loaded])] if total is not None
+              else [pa.nulls(n, pa.int64())] * 2)
+    return pa.RecordBatch.from_arrays([pa.array([kind] * n, text), *columns, *counts],
+                                      names=list(OUTPUT_NAMES))
+
+
+def partition_loader(open_sink: SinkFactory, chunk: int) -> Callable[
+        [Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """The partition function: load valid lines ``chunk`` at a time, pass rejects through."""
+
+    def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        total, pending, text = BulkResult(), [], pa.string()
+        with open_sink() as sink:
+            for batch in batches:
+                lines = batch.column(0)
+                text = lines.type
+                bad = batch.filter(pc.is_null(lines))
+                if bad.num_rows:
+                    yield _records(REJECT, bad, None, text)
+                pending.extend(lines.drop_null().to_pylist())
+                while len(pending) >= chunk:
+                    total += sink.load(pending[:chunk])
+                    del pending[:chunk]
+            total += sink.load(pending)
+        yield _records(COUNT, None, total, text)
+
+    return run
+
+
+def run_loader(frame: DataFrame, loader: Callable[[Iterable[pa.RecordBatch]],
+                                                  Iterator[pa.RecordBatch]],
+               max_connections: int) -> tuple[BulkResult, DataFrame]:
+    """Load every partition, at most ``max_connections`` at once.
+
+    Returns the summed counts and the persisted output, whose REJECT records
+    the caller writes and then unpersists.
+    """
+    slots = frame.sparkSession.sparkContext.defaultParallelism
+    if frame.rdd.getNumPartitions() > max_connections and slots > max_connections:
+        frame = frame.coalesce(max_connections)
+    output = frame.mapInArrow(loader, OUTPUT_SCHEMA).persist(StorageLevel.MEMORY_AND_DISK)
+    counts = output.where(F.col("record") == COUNT).agg(
+        F.sum("offered").alias("offered"), F.sum("loaded").alias("loaded")).first()
+    assert counts is not None, "an aggregate always has one row"
+    return BulkResult(int(counts["offered"] or 0), int(counts["loaded"] or 0)), output
+
+
+def rejects_of(output: DataFrame) -> DataFrame:
+    """The REJECT records of the loader output as reject rows."""
+    return output.where(F.col("record") == REJECT).select(*REJECT_COLUMNS)

@@ -1,0 +1,193 @@
+"""The seed job's pure transform: raw rows → checked rows → due-jobs rows and rejects.
+
+Spark columns only (no Python UDF), so it runs in the JVM at full speed. The
+rules are ``routing.messages.validate_message``'s, checked in the same order
+so a row is rejected for the same field: id and user_id non-empty strings of
+at most MAX_ID_LENGTH characters, exactly one of a known bucket or a known
+kind, a payload present and at most ``max_payload_bytes`` as compact ASCII
+JSON (``json.dumps``'s encoding), and an optional ISO-8601 first due time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from config.buckets import BUCKETS_BY_NAME
+from config.settings import Settings
+from routing.messages import MAX_ID_LENGTH
+
+#: The task every seeded job runs; the scheduler publishes ``args`` to it as-is.
+TASK = "tasks.process_message"
+DUE_COLUMNS = ("job_key", "task", "bucket", "args", "due_at")
+REJECT_COLUMNS = ("source", "field", "reason")
+#: Blank as Python's str.strip sees it: Unicode white space and the separators \x1c-\x1f.
+BLANK = r"(?U)^[\s\x1c-\x1f]*$"
+
+
+@dataclass(frozen=True)
+class Rules:
+    """What the transform accepts: the bucket table, the kinds and the payload limit."""
+
+    buckets: tuple[str, ...]
+    kinds: Mapping[str, str]
+    max_payload_bytes: int
+
+    @classmethod
+    def from_settings(cls, cfg: Settings) -> Rules:
+        return cls(tuple(BUCKETS_BY_NAME), dict(cfg.kinds), cfg.max_payload_bytes)
+
+
+Check = tuple[Column, Column]
+
+
+def _blank(value: Column) -> Column:
+    """Whether ``value`` is empty or white space; a printable ASCII first character is not."""
+    first = F.ascii(value)
+    return F.when((first > 32) & (first < 127), F.lit(False)).otherwise(value.rlike(BLANK))
+
+
+def _string_checks(name: str) -> list[Check]:
+    value = F.col(name)
+    return [
+        (value.isNull() & F.array_contains("non_strings", name),
+         F.lit(f"{name}: must be a non-empty string, got another JSON type")),
+        (value.isNull(), F.lit(f"{name}: missing")),
+        (_blank(value), F.lit(f"{name}: must be a non-empty string, got a blank one")),
+        (F.char_length(value) > MAX_ID_LENGTH,
+         F.lit(f"{name}: longer than {MAX_ID_LENGTH} characters")),
+    ]
+
+
+def _present(name: str) -> Column:
+    return F.col(name).isNotNull() | F.array_contains("non_strings", name)
+
+
+def _kind_bucket(rules: Rules) -> Column:
+    """The bucket of the row's kind (NULL for an unknown or absent kind)."""
+    pairs = [F.lit(x) for kind, bucket in sorted(rules.kinds.items()) for x in (kind, bucket)]
+    return F.element_at(F.create_map(*pairs), F.col("kind")) if pairs else F.lit(None)
+
+
+def _bucket_checks(rules: Rules) -> list[Check]:
+    known = F.coalesce(F.col("bucket").isin(*rules.buckets), F.lit(False))
+    return [
+        (_present("bucket") & _present("kind"),
+         F.lit("bucket: give either 'bucket' or 'kind', not both")),
+        (_present("bucket") & ~known, F.concat(
+            F.lit("bucket: unknown bucket "), F.coalesce(F.col("bucket"), F.lit("(not a string)")),
+            F.lit(f" (known: {', '.join(rules.buckets)})"))),
+        (_present("kind") & _kind_bucket(rules).isNull(), F.concat(
+            F.lit("kind: unknown kind "), F.coalesce(F.col("kind"), F.lit("(not a string)")),
+            F.lit(f" (known: {', '.join(sorted(rules.kinds))})"))),
+        (~_present("bucket") & ~_present("kind"),
+         F.lit("bucket: missing: give 'bucket' or 'kind'")),
+    ]
+
+
+def ascii_json_size(compact: Column) -> Column:
+    """Bytes of compact JSON text once non-ASCII characters are \\u-escaped.
+
+    ``json.dumps`` (validate_message's measure) writes each non-ASCII character
+    as a 6-byte ``\\uXXXX`` escape, two of them above U+FFFF.
+    """
+    non_ascii = F.regexp_replace(compact, r"[\x00-\x7F]", "")
+    astral = F.char_length(F.regexp_replace(non_ascii, r"[\x{0}-\x{FFFF}]", ""))
+    escaped = (F.char_length(compact) - F.char_length(non_ascii)
+               + 6 * (F.char_length(non_ascii) - astral) + 12 * astral)
+    # All ASCII (the usual case): one byte per character, no regex needed.
+    return F.when(F.octet_length(compact) == F.char_length(compact),
+                  F.octet_length(compact)).otherwise(escaped)
+
+
+def _payload_checks(rules: Rules) -> list[Check]:
+    size = ascii_json_size(F.col("payload_text"))
+    return [
+        (F.col("payload").isNull(), F.lit("payload: missing (use null for no payload)")),
+        (F.col("payload_json").isNull(), F.lit("payload: not a JSON value")),
+        (size > rules.max_payload_bytes, F.concat(
+            F.lit("payload: "), size.cast("string"),
+            F.lit(f" bytes encoded, over the limit of {rules.max_payload_bytes}"
+                  " (RECUR_MAX_PAYLOAD_BYTES)"))),
+    ]
+
+
+def _due_checks() -> list[Check]:
+    due = F.col("due_at")
+    return [(due.isNotNull() & F.try_to_timestamp(due).isNull(),
+             F.lit("due_at: not an ISO-8601 time"))]
+
+
+def _first_problem(checks: list[Check]) -> Column:
+    reason = F.when(F.col("problem").isNotNull(), F.col("problem"))
+    for condition, message in checks:
+        reason = reason.when(condition, message)
+    return reason
+
+
+def check(raw: DataFrame, rules: Rules) -> DataFrame:
+    """Raw rows with ``reason`` ("field: problem", NULL when valid), ``field``, the
+    resolved bucket and the payload parsed (``payload_json``) and re-encoded as
+    compact JSON (``payload_text``).
+
+    The first failing rule wins, in validate_message's order. Each step is its
+    own projection so Spark computes the parsed payload and the reason once.
+    """
+    checks = [*_string_checks("id"), *_string_checks("user_id"), *_bucket_checks(rules),
+              *_payload_checks(rules), *_due_checks()]
+    parsed = raw.select("*", F.try_parse_json("payload").alias("payload_json"),
+                        F.coalesce(F.col("bucket"), _kind_bucket(rules)).alias("resolved_bucket"))
+    compact = parsed.select("*", F.to_json(F.col("payload_json")).alias("payload_text"))
+    reasoned = compact.select("*", _first_problem(checks).alias("reason"))
+    return reasoned.select("*", F.substring_index("reason", ":", 1).alias("field"))
+
+
+def rejects(checked: DataFrame) -> DataFrame:
+    """The rejected rows: what was read, the field that is wrong, and why."""
+    return checked.where(F.col("reason").isNotNull()).select(*REJECT_COLUMNS)
+
+
+def message_json() -> Column:
+    """The task arguments ``{"args": [<message>], "kwargs": {}}`` of a checked row, as JSON.
+
+    The message keeps the row's own ``bucket`` or ``kind`` (never both: that
+    would be invalid) and its payload as JSON.
+    """
+    # The string fields through to_json (which escapes them and drops the absent
+    # bucket or kind), then the already encoded payload spliced in before the "}".
+    head = F.to_json(F.struct(F.col("id"), F.col("user_id"), F.col("bucket"), F.col("kind")))
+    return F.concat(F.lit('{"args":['), F.left(head, F.length(head) - 1),
+                    F.lit(',"payload":'), F.col("payload_text"), F.lit('}],"kwargs":{}}'))
+
+
+def first_due(start: datetime, spread_seconds: float) -> Column:
+    """The row's own due time, or one spread over [start, start + spread) by its id.
+
+    A hash of the id (not a random number) places it, so re-runs and retried
+    Spark tasks give every job the same due time.
+    """
+    start_ms = int(start.timestamp() * 1000)
+    window_ms = max(1, int(spread_seconds * 1000))
+    offset = F.pmod(F.xxhash64(F.col("id")), F.lit(window_ms))
+    return F.coalesce(F.try_to_timestamp(F.col("due_at")),
+                      F.timestamp_millis(F.lit(start_ms) + offset))
+
+
+def due_row(start: datetime, spread_seconds: float) -> list[Column]:
+    """The ``DUE_COLUMNS`` of a valid checked row; the job key is the message id."""
+    return [
+        F.col("id").alias("job_key"),
+        F.lit(TASK).alias("task"),
+        F.col("resolved_bucket").alias("bucket"),
+        message_json().alias("args"),
+        first_due(start, spread_seconds).alias("due_at"),
+    ]
+
+
+def due_jobs(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
+    """The valid rows as due-jobs rows (``DUE_COLUMNS``)."""
+    return checked.where(F.col("reason").isNull()).select(*due_row(start, spread_seconds))

@@ -1,0 +1,157 @@
+"""The per-user lock's Redis side: every read and write goes through one of the
+Lua scripts in ``tasks/lua`` (their header comments document the key layout),
+so taking, extending, releasing and handing over are each atomic and compare
+the holder's token. Driver errors come out as :class:`LockUnavailable`.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import redis
+
+from config import keys
+from config.errors import LockUnavailable
+
+Outcome = Literal["done", "failed", "retry", "again"]
+ACQUIRED, PARKED, DUPLICATE = 1, 0, 2
+
+
+def _lua(name: str) -> str:
+    return resources.files("tasks").joinpath("lua", name).read_text()
+
+
+def new_token() -> str:
+    """A random token: only the holder that drew it can extend or release."""
+    return secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What acquire did: ``status`` is ACQUIRED, PARKED or DUPLICATE."""
+
+    status: int
+    seq: int
+    epoch: str
+    fence: int
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A parked job whose turn came, with the lock reserved for ``token``: run it
+    holding the lock (``token``, ``fence``) or publish it with the token."""
+
+    job: str
+    seq: int
+    epoch: str
+    token: str
+    fence: int
+
+
+class LockStore:
+    """Typed calls of the lock scripts for one Redis and key prefix."""
+
+    def __init__(self, client: redis.Redis, prefix: str) -> None:
+        self.client = client
+        self.prefix = prefix
+        lib = _lua("lock_lib.lua")
+        self._acquire = client.register_script(lib + _lua("lock_acquire.lua"))
+        self._release = client.register_script(lib + _lua("lock_release.lua"))
+        self._wake = client.register_script(lib + _lua("lock_wake.lua"))
+        self._extend = client.register_script(_lua("lock_extend.lua"))
+        self._submit = client.register_script(_lua("lock_submit.lua"))
+
+    def user_keys(self, user: str) -> list[str]:
+        """KEYS of the lock scripts for ``user``, in the order lock_lib.lua documents."""
+        return [*(keys.user_lock(self.prefix, user, part) for part in keys.LOCK_PARTS),
+                keys.lock_wake(self.prefix), keys.lock_counter(self.prefix),
+                keys.lock_stats(self.prefix)]
+
+    def _run(self, script: Any, user: str, args: list[Any], what: str) -> Any:
+        try:
+            return script(keys=self.user_keys(user), args=args)
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Redis: cannot {what} the lock of user {user!r}: "
+                                  f"{exc}") from exc
+
+    def submit(self, user: str) -> tuple[int, str]:
+        """Number a newly published job of ``user``: (sequence number, epoch)."""
+        seq, epoch = self._run(self._submit, user, [], "number a job for")
+        return int(seq), str(epoch)
+
+    def acquire(self, user: str, token: str, ttl: float, seq: int, epoch: str, job: str,
+                handover: str, gap_timeout: float) -> Attempt:
+        """Take ``user``'s lock for ``job`` or park the job until its turn."""
+        status, seq_, epoch_, fence = self._run(
+            self._acquire, user, [user, token, _ms(ttl), seq, epoch, job, handover,
+                                  _ms(gap_timeout)], "take")
+        return Attempt(int(status), int(seq_), str(epoch_), int(fence))
+
+    def extend(self, user: str, token: str, ttl: float) -> bool:
+        """Renew the lease; False when ``token`` no longer holds the lock."""
+        try:
+            extended = self._extend(keys=[keys.user_lock(self.prefix, user, "owner")],
+                                    args=[token, _ms(ttl)])
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Redis: cannot extend the lock of user {user!r}: "
+                                  f"{exc}") from exc
+        return bool(extended)
+
+    def release(self, user: str, token: str, seq: int, outcome: Outcome, ttl: float,
+                gap_timeout: float) -> tuple[bool, Handover | None]:
+        """Release ``user``'s lock if ``token`` holds it; (released?, job to publish)."""
+        handover = new_token()
+        answer = self._run(self._release, user, [user, token, seq, outcome, handover,
+                                                 _ms(ttl), _ms(gap_timeout)], "release")
+        if answer[0] == -1:
+            return False, None
+        return True, _handover(answer, handover)
+
+    def wake(self, user: str, ttl: float, gap_timeout: float) -> Handover | None:
+        """Hand ``user``'s free lock to its first parked job, if its turn came."""
+        handover = new_token()
+        answer = self._run(self._wake, user, [user, handover, _ms(ttl), _ms(gap_timeout)],
+                           "look at")
+        return _handover(answer, handover)
+
+    def due_users(self, limit: int = 100) -> list[str]:
+        """Users whose wake time has come (by Redis's clock)."""
+        try:
+            seconds, micros = self.client.time()
+            now_ms = seconds * 1000 + micros // 1000
+            users = self.client.zrangebyscore(keys.lock_wake(self.prefix), "-inf", now_ms,
+                                              start=0, num=limit)
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Redis: cannot read the lock wake list: {exc}") from exc
+        return [str(u) for u in users]
+
+    def holder(self, user: str) -> str | None:
+        """Token holding ``user``'s lock (None when free): for operators and tests."""
+        owner = self.client.get(keys.user_lock(self.prefix, user, "owner"))
+        return None if owner is None else str(owner)
+
+    def count(self, event: str) -> None:
+        """Add one to a lock event counter (for events outside the scripts)."""
+        try:
+            self.client.hincrby(keys.lock_stats(self.prefix), event, 1)
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Redis: cannot count a lock event: {exc}") from exc
+
+    def stats(self) -> dict[str, int]:
+        """Lock event counters summed over every worker (busy, handovers, ...)."""
+        raw: Any = self.client.hgetall(keys.lock_stats(self.prefix))
+        return {str(k): int(v) for k, v in raw.items()}
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
+
+
+def _handover(answer: list[Any], token: str) -> Handover | None:
+    if int(answer[0]) != 1:
+        return None
+    return Handover(job=str(answer[1]), seq=int(answer[2]), epoch=str(answer[3]), token=token,
+                    fence=int(answer[4]))

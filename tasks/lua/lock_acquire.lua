@@ -1,0 +1,56 @@
+-- Take user <u>'s lock for one job, or park the job (keys: see lock_lib.lua).
+--
+-- ARGV: 1 user, 2 token, 3 lease ms, 4 job's sequence number (0: none),
+--       5 job's epoch, 6 job JSON, 7 handover token the job carries ('' if none),
+--       8 gap timeout ms
+-- Returns {status, seq, epoch, fence}; status 1 acquired, 0 parked (the lock is
+-- held, or an earlier job of the user has not started yet), 2 duplicate (this
+-- sequence number already finished: a second copy of a finished job).
+-- A parked job is handed over by the release of the job before it, or by a
+-- worker's reaper when the holder's lease expires: it never polls.
+local user, token, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local seq, epoch, job, handover = tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7]
+local gap_ms = tonumber(ARGV[8])
+
+local order = redis.call('HMGET', KEYS[2], 'next', 'epoch', 'gapat')
+if seq == 0 or order[2] ~= epoch then
+  -- Not numbered in the current epoch (published with an eta, or numbered
+  -- before the user's state was forgotten): it joins the end of the line.
+  seq = redis.call('HINCRBY', KEYS[2], 'sub', 1)
+  if order[2] then
+    epoch = order[2]
+  else
+    epoch = tostring(redis.call('INCR', KEYS[6]))
+    redis.call('HSET', KEYS[2], 'next', seq, 'epoch', epoch)
+    order[1] = seq
+  end
+  touch_state()
+end
+local nxt = tonumber(order[1])
+
+if seq < nxt and redis.call('SISMEMBER', KEYS[4], seq) == 0 then
+  count('duplicates')
+  return {2, seq, epoch, 0}
+end
+
+local owner = redis.call('GET', KEYS[1])
+if owner and not (handover ~= '' and owner == handover) then
+  redis.call('ZADD', KEYS[3], seq, job)
+  redis.call('ZADD', KEYS[5], 'LT', now_ms() + math.max(redis.call('PTTL', KEYS[1]), 0),
+             user)
+  count('busy')
+  return {0, seq, epoch, 0}
+end
+if seq > nxt then
+  redis.call('ZADD', KEYS[3], seq, job)
+  redis.call('ZADD', KEYS[5], 'LT', gap_deadline(now_ms(), gap_ms), user)
+  count('early')
+  return {0, seq, epoch, 0}
+end
+
+-- A parked job stays in parked while it runs: if its holder dies (a job run
+-- by the releasing worker has no broker message), the reaper hands it over again.
+redis.call('SET', KEYS[1], token, 'PX', ttl)
+if seq < nxt then redis.call('SREM', KEYS[4], seq) end
+if order[3] then redis.call('HDEL', KEYS[2], 'gapat') end
+return {1, seq, epoch, redis.call('INCR', KEYS[6])}

@@ -1,0 +1,152 @@
+"""The resequencer's tasks: process a destination's message, hand results over, send.
+
+``tasks.resequence_process`` runs on the message's bucket queue (in parallel,
+in any order) and hands its result to the resequencer state in Redis, so a
+result is kept the moment it exists. In a batch it is a chord's header task
+(results stored, as chords need) and ``tasks.resequence_batch``, the chord's
+body, hands the batch's ordered results over once more (a no-op for those
+already there). ``tasks.resequence_send`` runs on the ``outbound`` queue and
+sends a destination's ready messages in order.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from functools import cache
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from config.errors import ConfigError, RecurError
+from config.settings import settings
+from routing.messages import Message
+from routing.queues import OUTBOUND
+from routing.resequencer import Resequencer
+from routing.sender import run_sender
+from tasks.app import app
+from tasks.base import MessageTask
+from tasks.process import simulated_work_seconds
+from tasks.redis_conn import get_redis
+
+log = logging.getLogger(__name__)
+
+Processor = Callable[[Message], Any]
+
+
+def simulated_processing(message: Message) -> Any:
+    """Default processing: the bucket's simulated work; the result is the payload."""
+    time.sleep(simulated_work_seconds(message["bucket"]))
+    return message["payload"]
+
+
+@cache
+def processor(spec: str) -> Processor:
+    """The function RECUR_RESEQ_PROCESSOR names ('module:function')."""
+    if not spec:
+        return simulated_processing
+    module, _, name = spec.partition(":")
+    try:
+        function: Processor = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"RECUR_RESEQ_PROCESSOR={spec!r}: cannot load it ({exc})") from exc
+    return function
+
+
+@cache
+def resequencer() -> Resequencer:
+    """The process's resequencer, on the shared Redis client."""
+    return Resequencer(get_redis(), settings())
+
+
+@worker_process_init.connect
+def warm_up_in_background(**_: Any) -> None:
+    """When a worker child starts (and destinations are configured), connect to Redis,
+    load the Lua scripts and import the processor in the background: the first
+    messages after a restart are not the slow ones, a RECUR_RESEQ_PROCESSOR that
+    cannot load is logged at start-up, and a Redis that is down delays nothing."""
+    if settings().destinations:
+        threading.Thread(target=warm_up, name="resequencer-warm-up", daemon=True).start()
+
+
+def warm_up() -> None:
+    try:
+        resequencer().preload()
+        processor(settings().reseq_processor)
+    except RecurError as exc:
+        log.error("resequencer warm-up failed: %s (each message will try again)", exc)
+
+
+def hand_over(reseq: Resequencer, destination: str, seq: int, entry: dict[str, Any],
+              count_late: bool = True) -> str:
+    """Buffer one entry; start a sender if none runs and one is needed."""
+    outcome = reseq.deposit(destination, seq, entry, count_late)
+    if outcome == "kick":
+        resequence_send.delay(destination)
+    elif outcome == "late" and count_late:
+        log.warning("destination %s: seq %d (message %s) finished after it was sent or "
+                    "skipped; dropped", destination, seq, entry.get("id"))
+    return outcome
+
+
+class ResequenceProcessTask(MessageTask):
+    """A message task whose failure for good is handed over as a failed entry, so
+    its sequence number is skipped at once instead of after the gap timeout."""
+
+    abstract = True
+
+    def on_failure(self, exc: BaseException, task_id: str, args: tuple[Any, ...],
+                   kwargs: dict[str, Any], einfo: Any) -> None:
+        if len(args) < 3:  # not called the way intake calls it: nothing to hand over
+            return
+        message, destination, seq = args[:3]
+        message_id = message.get("id", "") if isinstance(message, dict) else ""
+        hand_over(resequencer(), destination, int(seq),
+                  {"id": message_id, "failed": f"{type(exc).__name__}: {exc}"})
+
+
+@app.task(bind=True, base=ResequenceProcessTask, name="tasks.resequence_process",
+          ignore_result=False)
+def resequence_process(self: MessageTask, message: Any, destination: str,
+                       seq: int) -> dict[str, Any]:
+    """Process one message of ``destination`` and hand its result to the resequencer."""
+    msg = self.message(message)
+    entry = {"id": msg["id"], "result": processor(settings().reseq_processor)(msg)}
+    hand_over(resequencer(), destination, seq, entry)
+    return {"seq": seq, **entry}
+
+
+@app.task(name="tasks.resequence_batch", queue=OUTBOUND.queue)
+def resequence_batch(results: list[dict[str, Any]], destination: str,
+                     header_ids: list[str]) -> int:
+    """Chord body: hand the batch's results over in sequence order, then drop the
+    header's stored results (kept only for the chord: nothing else reads them)."""
+    reseq = resequencer()
+    for result in sorted(results, key=lambda r: int(r["seq"])):
+        entry = {"id": result["id"], "result": result["result"]}
+        hand_over(reseq, destination, int(result["seq"]), entry, count_late=False)
+    for task_id in header_ids:
+        app.AsyncResult(task_id).forget()
+    return len(results)
+
+
+@app.task(name="tasks.resequence_send", queue=OUTBOUND.queue)
+def resequence_send(destination: str) -> str:
+    """Send ``destination``'s ready messages in order (one sender at a time)."""
+    reseq = resequencer()
+
+    def wake(delay: float) -> None:
+        if delay <= 0:  # the sender's turn is over: queue it again at once
+            resequence_send.delay(destination)
+            return
+        # Whole seconds, never early: the broker's native delayed delivery counts in
+        # seconds, and a run before its booked time would find it still booked.
+        seconds = max(1, math.ceil(delay))
+        if reseq.book_wake(destination, seconds) is not None:
+            resequence_send.apply_async((destination,), countdown=seconds)
+
+    return run_sender(reseq, destination, wake)

@@ -1,0 +1,74 @@
+"""A private PostgreSQL server on a free port, for tests that take the database down.
+
+The machine's shared PostgreSQL is never stopped: a test that needs an outage
+runs its own server (initdb into a temporary directory, as the ``postgres``
+user), stops and starts that one, and removes it at the end.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def as_postgres(*argv: str) -> None:
+    result = subprocess.run(["runuser", "-u", "postgres", "--", *argv], capture_output=True,
+                            text=True, timeout=120)
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed: {result.stdout}{result.stderr}")
+
+
+@dataclass
+class PrivatePostgres:
+    """One private server: ``url`` is a SQLAlchemy URL of its ``postgres`` database."""
+
+    root: Path
+    port: int
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
+                    "-w", "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
+                    "-c fsync=off", "start")
+
+    def stop(self) -> None:
+        as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+
+@contextmanager
+def private_postgres() -> Iterator[PrivatePostgres]:
+    """A started private server; stopped and deleted afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="recur-pg-"))
+    shutil.chown(root, "postgres", "postgres")
+    server = PrivatePostgres(root, free_port())
+    as_postgres(str(BIN / "initdb"), "-D", str(server.data), "-A", "trust", "-U", "postgres",
+                "--no-sync")
+    server.start()
+    try:
+        yield server
+    finally:
+        subprocess.run(["runuser", "-u", "postgres", "--", str(BIN / "pg_ctl"), "-D",
+                        str(server.data), "-m", "immediate", "-w", "stop"],
+                       capture_output=True, timeout=120)
+        shutil.rmtree(root, ignore_errors=True)

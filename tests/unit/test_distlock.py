@@ -1,0 +1,66 @@
+"""The lock's pure parts: decorator options, key function, tickets, settings."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from config.errors import ConfigError, InvalidMessage
+from config.settings import load_settings
+from tasks.distlock import user_lock
+from tasks.distlock.decorator import LockSpec, message_user
+from tasks.distlock.tickets import SEQ, SINCE, ParkedJob, Ticket
+
+
+def test_the_key_is_taken_from_the_message() -> None:
+    spec = LockSpec(message_user, None, None)
+    assert spec.user_of(({"user_id": "u1"},), {}) == "u1"
+    assert spec.user_of((), {"message": {"user_id": "u2"}}) == "u2"
+    with pytest.raises(InvalidMessage, match="lock key"):
+        LockSpec(lambda m: m.get("tenant", ""), None, None).user_of(({"user_id": "u"},), {})
+
+
+def test_bad_decorator_options_are_refused_when_declared() -> None:
+    with pytest.raises(ValueError, match="when_redis_down"):
+        user_lock(when_redis_down="ignore")
+    with pytest.raises(ValueError, match="ttl"):
+        user_lock(ttl=0)
+
+
+def test_the_decorated_function_keeps_its_signature_and_carries_its_spec() -> None:
+    def work(self: object, message: dict[str, str]) -> str:
+        """Doc."""
+        return message["user_id"]
+
+    wrapped = user_lock(ttl=5)(work)
+    assert wrapped.__wrapped__ is work  # type: ignore[attr-defined]
+    assert wrapped.__doc__ == "Doc."
+    assert wrapped.__user_lock__.ttl == 5  # type: ignore[attr-defined]
+
+
+def test_a_ticket_travels_in_headers() -> None:
+    ticket = Ticket(seq=7, epoch="3", since=100.0, handover="tok")
+    request = SimpleNamespace(headers=ticket.headers())
+    assert Ticket.from_request(request) == ticket
+    assert Ticket.from_request(SimpleNamespace(headers=None)) == Ticket()
+    assert Ticket(since=100.0).waited(now=130.0) == 30.0 and Ticket().waited() == 0.0
+    assert {SEQ, SINCE} <= set(ticket.headers())
+
+
+def test_two_copies_of_a_job_park_as_one_entry() -> None:
+    a = ParkedJob("t", "id1", [{"b": 1, "a": 2}], {}, 1.5, {"x": 1})
+    b = ParkedJob("t", "id1", [{"a": 2, "b": 1}], {}, 1.5, {"x": 1})
+    assert a.to_json() == b.to_json()
+    assert ParkedJob.from_json(a.to_json()) == a
+
+
+def test_lock_settings_are_checked() -> None:
+    cfg = load_settings({"RECUR_LOCK_TTL": "2.5", "RECUR_LOCK_WHEN_REDIS_DOWN": "run-unlocked"})
+    assert (cfg.lock_ttl, cfg.lock_when_redis_down) == (2.5, "run-unlocked")
+    with pytest.raises(ConfigError, match="RECUR_LOCK_WHEN_REDIS_DOWN"):
+        load_settings({"RECUR_LOCK_WHEN_REDIS_DOWN": "maybe"})
+    with pytest.raises(ConfigError, match="RECUR_LOCK_TTL"):
+        load_settings({"RECUR_LOCK_TTL": "0"})
+    with pytest.raises(ConfigError, match="RECUR_LOCK_CHAIN_SECONDS"):
+        load_settings({"RECUR_LOCK_CHAIN_SECONDS": "-1"})

@@ -1,0 +1,56 @@
+"""The task side of the store without services: delays, argument encoding, dispatch headers."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta, timezone
+from types import SimpleNamespace
+
+import pytest
+
+from config.errors import InvalidMessage, InvalidSchedule
+from scheduler.callargs import decode_call, encode_call
+from scheduler.calls import Dispatch, dispatch_header, dispatch_of, due_time, micros
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def test_due_time_from_countdown_or_aware_eta() -> None:
+    assert due_time(None, None, NOW) is None
+    assert due_time(90, None, NOW) == NOW + timedelta(seconds=90)
+    plus2 = timezone(timedelta(hours=2))
+    assert due_time(None, datetime(2030, 1, 1, 3, tzinfo=plus2), NOW) == NOW + timedelta(hours=1)
+    assert due_time(None, "2030-01-01T00:10:00+00:00", NOW) == NOW + timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(("countdown", "eta", "match"), [
+    (-1, None, "countdown"), (math.inf, None, "countdown"), (True, None, "countdown"),
+    (None, datetime(2030, 1, 1), "naive"), (None, "tomorrow", "ISO"), (None, 5, "datetime"),
+    (10, NOW, "not both"),
+])
+def test_bad_delays(countdown: object, eta: object, match: str) -> None:
+    with pytest.raises(InvalidSchedule, match=match):
+        due_time(countdown, eta, NOW)
+
+
+def test_call_arguments_round_trip_and_refuse_non_json() -> None:
+    text = encode_call([{"id": "a"}], {"k": 1}, retries=2)
+    assert decode_call(text) == ([{"id": "a"}], {"k": 1}, 2)
+    assert decode_call('{"args":[1],"kwargs":{}}') == ([1], {}, 0)  # as the seed job writes
+    with pytest.raises(InvalidMessage, match="args"):
+        encode_call([object()], {})
+    with pytest.raises(InvalidMessage, match="args"):
+        encode_call([math.nan], {})
+
+
+def test_dispatch_headers_as_celery_exposes_them() -> None:
+    lease = NOW + timedelta(minutes=30)
+    as_attributes = SimpleNamespace(recur_dispatch=dispatch_header("k", 3, lease))
+    in_headers = SimpleNamespace(headers={"recur_dispatch": ["k", 3, None]})
+    assert dispatch_of(as_attributes) == Dispatch("k", 3, micros(lease))
+    assert dispatch_of(in_headers) == Dispatch("k", 3, None)
+    assert dispatch_of(SimpleNamespace(headers=None)) is None
+    live = dispatch_of(as_attributes)
+    assert live is not None and live.matches((3, lease))
+    assert not live.matches((3, lease + timedelta(microseconds=1)))  # a rolled-back dispatch
+    assert not live.matches((4, lease)) and not live.matches(None)
