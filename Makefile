@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test lint unit services venv bench clean
+.PHONY: demo test lint unit services venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,9 +29,6 @@ test: venv services lint
 
 unit: venv
 	$(BIN)/pytest tests/unit
-
-bench: venv services
-	$(BIN)/python -m bench.run_all
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

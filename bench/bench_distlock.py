@@ -6,12 +6,16 @@
    numbering done at publish time added).
 2. Contention: one hot user with ``--hot`` queued jobs among ``--others``
    other users' jobs (one each), on 4 worker processes (2 workers x
-   concurrency 2). recur's lock (parked jobs run by the releasing process,
-   then through the broker) against plain retry-on-busy (redis-py ``Lock``,
-   ``self.retry(countdown=0)`` while the user is busy), plus the other users'
-   jobs alone as the throughput reference. Reports busy re-enqueues per
-   executed job, order inversions, the hot user's makespan against its serial
-   lower bound (the sum of its job durations) and the others' throughput.
+   concurrency 2). recur's lock with the default chain (parked jobs run by
+   the releasing process, then through the broker) and with
+   RECUR_LOCK_CHAIN_SECONDS=0 (every handover through the broker), against
+   plain retry-on-busy (redis-py ``Lock``, ``self.retry(countdown=0)`` while
+   the user is busy). Two references for the other users' throughput: the
+   same 1,500 jobs with the hot user's jobs spread over distinct users (the
+   same load without the contention) and the other users' jobs alone.
+   Reports busy re-enqueues per executed job, order inversions, the hot
+   user's makespan against its serial lower bound (the sum of its job
+   durations) and the others' throughput.
 
 Runs in its own RabbitMQ vhost and Redis key prefix, removed afterwards.
 
@@ -165,15 +169,17 @@ def _app() -> Any:
     return app
 
 
-def queue_jobs(task: Any, hot: int, others: int, ms: float) -> dict[str, list[str]]:
-    """The hot user's jobs spread evenly among the other users' single jobs."""
+def queue_jobs(task: Any, hot: int, others: int, ms: float,
+               spread: bool = False) -> dict[str, list[str]]:
+    """The hot user's jobs spread evenly among the other users' single jobs; with
+    ``spread`` each of those jobs has a user of its own instead (no contention)."""
     submitted: dict[str, list[str]] = {}
     total = hot + others
     hot_every = total / hot if hot else 0
     hot_sent, other_sent = 0, 0
     for i in range(total):
         if hot and hot_sent < hot and i >= hot_sent * hot_every:
-            user, n = "hot", hot_sent
+            user, n = (f"spread{hot_sent}", 0) if spread else ("hot", hot_sent)
             hot_sent += 1
         else:
             user, n = f"other{other_sent}", 0
@@ -192,6 +198,17 @@ def inversions(started: list[str], order: list[str]) -> int:
                if ranks[i] > ranks[j])
 
 
+#: mode -> (task name in bench.distlock_tasks, hot jobs spread over distinct users?,
+#: worker environment)
+MODES: dict[str, tuple[str, bool, dict[str, str]]] = {
+    "recur_lock": ("locked_job", False, {}),
+    "recur_lock_chain0": ("locked_job", False, {"RECUR_LOCK_CHAIN_SECONDS": "0"}),
+    "retry_on_busy": ("retry_job", False, {}),
+    "same_load_spread": ("locked_job", True, {}),
+    "others_alone": ("locked_job", False, {}),
+}
+
+
 def contention_run(mode: str, hot: int, others: int, ms: float, log_dir: Path) -> dict[str, Any]:
     from bench import distlock_tasks
     from tasks.distlock.runtime import runtime
@@ -199,13 +216,15 @@ def contention_run(mode: str, hot: int, others: int, ms: float, log_dir: Path) -
     from tasks.redis_conn import get_redis
 
     client = get_redis()
-    for key in (distlock_tasks.runs_key(), distlock_tasks.retries_key()):
+    for key in (distlock_tasks.runs_key(), distlock_tasks.retries_key(),
+                distlock_tasks.arrivals_key()):
         client.delete(key)
     stats_before = runtime().store.stats()
-    task = distlock_tasks.retry_job if mode == "retry_on_busy" else distlock_tasks.locked_job
-    workers = Workers(log_dir / mode, {})
+    task_name, spread, env = MODES[mode]
+    task = getattr(distlock_tasks, task_name)
+    workers = Workers(log_dir / mode, env)
     try:
-        submitted = queue_jobs(task, hot, others, ms)
+        submitted = queue_jobs(task, hot, others, ms, spread)
         total = hot + others
         workers.go()
         wait_for(lambda: client.llen(distlock_tasks.runs_key()) >= total, 600,
@@ -213,16 +232,33 @@ def contention_run(mode: str, hot: int, others: int, ms: float, log_dir: Path) -
     finally:
         workers.stop()
     runs = [json.loads(r) for r in client.lrange(distlock_tasks.runs_key(), 0, -1)]
+    arrivals = {str(k): float(v) for k, v in
+                client.hgetall(distlock_tasks.arrivals_key()).items()}
     stats = {k: v - stats_before.get(k, 0) for k, v in runtime().store.stats().items()}
     return summarize(mode, runs, submitted, stats,
-                     int(client.get(distlock_tasks.retries_key()) or 0))
+                     int(client.get(distlock_tasks.retries_key()) or 0), arrivals)
+
+
+def arrival_bound(hot: list[dict[str, Any]], order: list[str],
+                  arrivals: dict[str, float]) -> float:
+    """The hot user's best possible makespan given when its messages reached a worker:
+    in submission order, each job starts once it has arrived and the one before it
+    ended, and lasts as long as it did."""
+    by_id = {r["id"]: r for r in hot}
+    first = hot[0]["start"]
+    end = first
+    for job in order:
+        run = by_id[job]
+        end = max(end, arrivals.get(job, first)) + (run["end"] - run["start"])
+    return float(end - first)
 
 
 def summarize(mode: str, runs: list[dict[str, Any]], submitted: dict[str, list[str]],
-              stats: dict[str, int], retries: int) -> dict[str, Any]:
+              stats: dict[str, int], retries: int,
+              arrivals: dict[str, float]) -> dict[str, Any]:
     by_start = sorted(runs, key=lambda r: r["start"])
     hot = [r for r in by_start if r["user"] == "hot"]
-    others = [r for r in by_start if r["user"] != "hot"]
+    others = [r for r in by_start if r["user"].startswith("other")]
     first = by_start[0]["start"]
     published = stats.get("published", 0)
     reenqueues = retries if mode == "retry_on_busy" else published
@@ -246,16 +282,30 @@ def summarize(mode: str, runs: list[dict[str, Any]], submitted: dict[str, list[s
             "hot_order_inversions": inversions([r["id"] for r in hot], submitted["hot"]),
             "hot_makespan_s": round(makespan, 2), "hot_serial_bound_s": round(serial, 2),
             "hot_makespan_vs_serial": round(makespan / serial, 2)})
+        bound = arrival_bound(hot, submitted["hot"], arrivals)
+        figures.update({"hot_arrival_bound_s": round(bound, 2),
+                        "hot_makespan_vs_arrival_bound": round(makespan / bound, 2),
+                        "hot_last_arrival_s": round(max(arrivals[j] for j in submitted["hot"])
+                                                    - hot[0]["start"], 2)})
     return figures
 
 
-def contention(hot: int, others: int, ms: float, log_dir: Path) -> dict[str, Any]:
-    return {"hot_jobs": hot, "other_users": others, "job_ms": ms, "worker_processes": 4,
-            "recur_lock": contention_run("recur_lock", hot, others, ms, log_dir),
-            "retry_on_busy": contention_run("retry_on_busy", hot, others, ms, log_dir),
-            "others_alone": contention_run("others_alone", 0, others, ms, log_dir),
-            "goals": {"busy_reenqueues_per_executed_job": 0.1, "hot_order_inversions": 0,
-                      "hot_makespan_vs_serial": 1.2}}
+def contention(hot: int, others: int, ms: float, log_dir: Path,
+               modes: list[str]) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "hot_jobs": hot, "other_users": others, "job_ms": ms, "worker_processes": 4,
+        **{mode: contention_run(mode, 0 if mode == "others_alone" else hot, others, ms,
+                                log_dir) for mode in modes},
+        "goals": {"busy_reenqueues_per_executed_job": 0.1, "hot_order_inversions": 0,
+                  "hot_makespan_vs_serial": 1.2}}
+    for ref, name in (("same_load_spread", "same_load"), ("others_alone", "alone")):
+        if ref not in figures:
+            continue
+        for mode in ("recur_lock", "recur_lock_chain0", "retry_on_busy"):
+            if mode in figures:
+                ratio = figures[mode]["others_per_second"] / figures[ref]["others_per_second"]
+                figures[mode][f"others_per_second_vs_{name}"] = round(ratio, 2)
+    return figures
 
 
 def main() -> None:
@@ -266,6 +316,8 @@ def main() -> None:
     parser.add_argument("--ms", type=float, default=10.0)
     parser.add_argument("--parts", default="overhead,contention",
                         help="comma list of the parts to run")
+    parser.add_argument("--modes", default=",".join(MODES),
+                        help="comma list of the contention modes to run")
     opts = parser.parse_args()
     parts = set(opts.parts.split(","))
     os.environ.update(ENV)
@@ -283,7 +335,8 @@ def main() -> None:
         if "overhead" in parts:
             figures["overhead"] = overhead(opts.pairs)
         if "contention" in parts:
-            figures["contention"] = contention(opts.hot, opts.others, opts.ms, log_dir)
+            figures["contention"] = contention(opts.hot, opts.others, opts.ms, log_dir,
+                                               opts.modes.split(","))
             figures["worker_logs"] = str(log_dir)
         write_result("distlock", figures)
     finally:

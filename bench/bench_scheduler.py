@@ -57,7 +57,7 @@ def message(i: int) -> dict[str, Any]:
 def plain_loop(n: int, confirms: bool) -> dict[str, float]:
     """Plain Celery apply_async of n messages by task name to the short queue."""
     plain = plain_app(confirms)
-    task = plain.signature("tasks.recurring_message")
+    task = plain.signature("tasks.process_message")
     task.apply_async(args=[message(0)], queue="short")  # warm the producer pool
     t0 = time.perf_counter()
     for i in range(n):
@@ -154,7 +154,7 @@ def lag(rate: int, seconds: int) -> dict[str, Any]:
 
 def plain_at_due(rate: int, seconds: int) -> dict[str, Any]:
     """Baseline: one loop publishing each message when it falls due (no store)."""
-    task = plain_app(False).signature("tasks.recurring_message")
+    task = plain_app(False).signature("tasks.process_message")
     start = time.time() + 0.5
     lags = []
     for i in range(rate * seconds):

@@ -19,7 +19,6 @@ Runs in its own RabbitMQ vhost and PostgreSQL schema, removed afterwards.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -27,58 +26,19 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
+from bench.private_env import PrivateEnv, pg
 from bench.results_io import write_result
+from scheduler.callargs import decode_call
 
-RUN = uuid.uuid4().hex[:8]
-VHOST = f"recur-bench-seed-{RUN}"
-SCHEMA = f"recur_bench_seed_{RUN}"
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
-PG_URL = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{SCHEMA}"
-BROKER_URL = f"amqp://guest:guest@127.0.0.1:5672/{VHOST}"
-ENV = {"RECUR_BROKER_URL": BROKER_URL, "RECUR_DATABASE_URL": PG_URL,
-       "RECUR_KEY_PREFIX": f"recur-bench-seed-{RUN}", "RECUR_LOG_LEVEL": "WARNING"}
-os.environ.update(ENV)
+ENVIRONMENT = PrivateEnv("seed").activate()
+SCHEMA = ENVIRONMENT.schema
+PG_URL = ENVIRONMENT.pg_url
 REPORT = re.compile(r"seed: read (\d+), loaded (\d+), rejected (\d+), already present (\d+) "
                     r"\(store\) in ([\d.]+)s")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def pg(sql: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        cur = conn.execute(sql)
-        return list(cur.fetchall()) if cur.description else []
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
-
-
-def setup() -> None:
-    from config.settings import settings
-    from routing.queues import declare_topology
-    from scheduler.engine import make_engine
-    from scheduler.migrate import upgrade
-    from tasks.app import app
-
-    rabbitmqctl("add_vhost", VHOST)
-    rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-    with app.connection_for_write() as conn:
-        declare_topology(conn, settings())
-    pg(f"CREATE SCHEMA {SCHEMA}")
-    engine = make_engine(PG_URL)
-    upgrade(engine)
-    engine.dispose()
-
-
-def teardown() -> None:
-    pg(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
-    subprocess.run(["rabbitmqctl", "delete_vhost", VHOST], capture_output=True, timeout=120)
 
 
 def tree_rss(root: int) -> tuple[int, int]:
@@ -152,8 +112,8 @@ def baseline(count: int, full: int) -> dict[str, Any]:
     """The first ``count`` seeded rows published with one apply_async each."""
     from tasks.process import process_message
 
-    messages = [json.loads(args)["args"][0] for (args,) in pg(
-        f"SELECT args FROM {SCHEMA}.due_jobs ORDER BY job_key LIMIT {count}")]
+    messages = [decode_call(args, key, bucket)[0][0] for (key, bucket, args) in pg(
+        f"SELECT job_key, bucket, args FROM {SCHEMA}.due_jobs ORDER BY job_key LIMIT {count}")]
     started = time.monotonic()
     for message in messages:
         process_message.apply_async((message,))
@@ -170,7 +130,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--baseline-rows", type=int, default=100_000)
     args = parser.parse_args()
-    setup()
+    ENVIRONMENT.setup()
     try:
         with tempfile.TemporaryDirectory(prefix="recur-bench-seed-") as tmp:
             seed = run_seed(args.rows, Path(tmp) / "rejects")
@@ -178,7 +138,7 @@ def main() -> None:
             again = run_seed(args.rows, Path(tmp) / "rejects")
             base = baseline(min(args.baseline_rows, args.rows), args.rows)
     finally:
-        teardown()
+        ENVIRONMENT.teardown()
     write_result("seed", {
         "command": f"python -m bench.bench_seed --rows {args.rows} "
                    f"--baseline-rows {args.baseline_rows}",

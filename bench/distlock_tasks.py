@@ -10,6 +10,8 @@ import os
 import time
 from typing import Any
 
+from celery.signals import task_prerun
+
 from config.settings import settings
 from tasks.app import app
 from tasks.base import MessageTask
@@ -23,6 +25,18 @@ def runs_key() -> str:
 
 def retries_key() -> str:
     return f"{settings().key_prefix}:bench:busy-retries"
+
+
+def arrivals_key() -> str:
+    return f"{settings().key_prefix}:bench:arrivals"
+
+
+@task_prerun.connect
+def record_arrival(task: Any = None, args: Any = None, **_: Any) -> None:
+    """When a job's message first reached a worker (before it ran or parked): no
+    schedule can start it earlier, so this bounds the hot user's makespan too."""
+    if task is not None and task.name in ("bench.locked_job", "bench.retry_job") and args:
+        get_redis().hsetnx(arrivals_key(), str(args[0]["id"]), time.time())
 
 
 def record(message: Any, started: float) -> None:

@@ -3,7 +3,9 @@
 A message reaches ``<bucket>.dead`` when its task failed for good (rejected:
 an error that is not retried, retries exhausted, a hard time limit) or when
 it was delivered ``max_deliveries`` times without finishing (its worker kept
-dying: ``delivery_limit``). The broker's ``x-death`` header says which; the
+dying: ``delivery_limit``), or when the scheduler found its due-jobs row's
+lease expired ``max_deliveries`` times (header ``x-recur-reason``). The
+broker's ``x-death`` header says which; the
 task's exception, when it raised one, is in the result backend under its id.
 """
 
@@ -38,6 +40,8 @@ class DeadMessage:
 
 
 def _reason(headers: dict[str, Any]) -> tuple[str, str]:
+    if "x-recur-reason" in headers:  # a poison job the scheduler dead-lettered
+        return str(headers["x-recur-reason"]), "due_jobs"
     deaths = headers.get("x-death") or [{}]
     first = deaths[0]
     reason = str(first.get("reason") or headers.get("x-first-death-reason") or "unknown")

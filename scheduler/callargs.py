@@ -1,4 +1,11 @@
-"""A call's arguments as the due-jobs row stores them: ``{"args": [...], "kwargs": {...}}``."""
+"""A call's arguments as the due-jobs row stores them: ``{"args": [...], "kwargs": {...}}``.
+
+Stored compactly, because at tens of millions of rows every byte of ``args``
+is most of a row: no spaces, no empty ``"kwargs"``, and a message argument
+leaves out what the row already holds in its own columns (its ``id`` when it
+is the job key, its ``bucket`` when it is the row's bucket). Reading puts them
+back, and also reads the full form (as the Spark seed job writes it).
+"""
 
 from __future__ import annotations
 
@@ -9,9 +16,44 @@ from typing import Any
 from config.errors import InvalidMessage
 
 
-def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0) -> str:
-    """The row's ``args`` JSON text; refuses what JSON cannot carry."""
-    body: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
+def _strip(message: Any, job_key: str | None, bucket: str | None) -> Any:
+    """The message without the fields the row's job_key and bucket columns repeat."""
+    if not isinstance(message, dict):
+        return message
+    out = dict(message)
+    if job_key is not None and out.get("id") == job_key:
+        del out["id"]
+    if bucket is not None and "kind" not in out and out.get("bucket") == bucket:
+        del out["bucket"]
+    return out
+
+
+def _restore(message: Any, job_key: str | None, bucket: str | None) -> Any:
+    """The message with the fields :func:`_strip` left out put back (first, as sent)."""
+    if not isinstance(message, dict):
+        return message
+    head: dict[str, Any] = {}
+    if job_key is not None and "id" not in message:
+        head["id"] = job_key
+    if bucket is not None and "bucket" not in message and "kind" not in message:
+        head["bucket"] = bucket
+    return {**head, **message} if head else message
+
+
+def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0, *,
+                job_key: str | None = None, bucket: str | None = None) -> str:
+    """The row's ``args`` JSON text; refuses what JSON cannot carry.
+
+    With ``job_key``/``bucket`` (the row's), a message first argument leaves
+    out the fields those columns repeat; :func:`decode_call` given the same
+    puts them back.
+    """
+    call = list(args)
+    if call:
+        call[0] = _strip(call[0], job_key, bucket)
+    body: dict[str, Any] = {"args": call}
+    if kwargs:
+        body["kwargs"] = dict(kwargs)
     if retries:
         body["retries"] = retries
     try:
@@ -20,10 +62,14 @@ def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0
         raise InvalidMessage("args", f"not JSON-serialisable ({exc})") from exc
 
 
-def decode_call(text: str) -> tuple[list[Any], dict[str, Any], int]:
-    """(args, kwargs, retries) from a row's ``args`` text."""
+def decode_call(text: str, job_key: str | None = None, bucket: str | None = None
+                ) -> tuple[list[Any], dict[str, Any], int]:
+    """(args, kwargs, retries) from a row's ``args`` text (compact or full form)."""
     body = json.loads(text)
-    return list(body.get("args", [])), dict(body.get("kwargs", {})), int(body.get("retries", 0))
+    args = list(body.get("args", []))
+    if args:
+        args[0] = _restore(args[0], job_key, bucket)
+    return args, dict(body.get("kwargs", {})), int(body.get("retries", 0))
 
 
 def message_of(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -167,7 +167,8 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
         if options.get(name) and own is None:
             raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
-    text = encode_call(call_args, call_kwargs, int(options.get("retries") or 0))
+    text = encode_call(call_args, call_kwargs, int(options.get("retries") or 0),
+                       job_key=key, bucket=message["bucket"])
     job = Job(job_key=key, task=task_name, bucket=message["bucket"], args=text,
               due_at=due or now)
     return StoreCall(task_name, job, own)

@@ -1,7 +1,8 @@
 """The scheduler process: keep every bucket queue fed from the due-jobs store.
 
-Each pass: put rows whose lease ran out back to scheduled, then per bucket,
-when its queue holds fewer ready messages than the low watermark, dispatch due
+Each pass: move jobs whose lease ran out ``max_deliveries`` times to their
+dead-letter queue, put other rows whose lease ran out back to scheduled, then
+per bucket, when its queue holds fewer ready messages than the low watermark, dispatch due
 rows (earliest first) until it holds the high watermark; if nothing is due and
 pull-forward is on for the bucket, dispatch its earliest future rows up to the
 low watermark so idle workers run them early. Broker or database trouble is
@@ -97,11 +98,18 @@ class Scheduler:
     def pass_once(self) -> int:
         """One pass over leases and buckets; returns the rows moved."""
         now = utcnow()
-        recovered = self.store.recover_expired(now, self.cfg.drain_batch)
+        dead = self.store.dead_letter_expired(now, self.cfg.max_deliveries,
+                                              self.cfg.drain_batch, self.publisher.publish_dead)
+        if dead:
+            log.warning("leases expired %d times, moved to the dead-letter queues: %s",
+                        self.cfg.max_deliveries,
+                        ", ".join(f"{b}={n}" for b, n in sorted(dead.items())))
+        recovered = self.store.recover_expired(now, self.cfg.drain_batch,
+                                               self.cfg.max_deliveries)
         if recovered:
             log.warning("leases expired, dispatching again: %s",
                         ", ".join(f"{b}={n}" for b, n in sorted(recovered.items())))
-        moved = sum(recovered.values())
+        moved = sum(recovered.values()) + sum(dead.values())
         fired = self.store.fire_periodic(now)
         if fired:
             log.info("periodic entries fired: %s", ", ".join(fired))

@@ -24,6 +24,7 @@ from kombu import Connection
 
 from config.buckets import BUCKETS_BY_NAME
 from config.errors import BrokerUnavailable
+from routing.queues import DEAD_EXCHANGE
 from scheduler import frames
 from scheduler.callargs import decode_call
 from scheduler.calls import DISPATCH_HEADER, dispatch_header
@@ -51,13 +52,34 @@ class TaskMessage:
 
 def task_message(row: Claimed) -> TaskMessage:
     """The task message for ``row``, carrying its job key, token and lease stamp."""
-    args, kwargs, retries = decode_call(row.args)
+    args, kwargs, retries = decode_call(row.args, row.job_key, row.bucket)
     task_id = str(uuid.uuid4())
     # Only the headers a Celery worker requires (it defaults the others): every
     # header costs encoding time on the hot path.
     headers: dict[str, Any] = {
         "task": row.task, "id": task_id,
         DISPATCH_HEADER: dispatch_header(row.job_key, row.token, row.lease_until),
+    }
+    if retries:
+        headers["retries"] = retries
+    body = json.dumps([args, kwargs, EMBED], separators=(",", ":")).encode()
+    return TaskMessage(task_id, body, headers)
+
+
+#: Headers of a job the scheduler dead-lettered: why, and which job it was.
+REASON_HEADER = "x-recur-reason"
+JOB_HEADER = "x-recur-job"
+
+
+def dead_message(row: Claimed) -> TaskMessage:
+    """The dead-letter copy of a poison job: a plain task message (no dispatch
+    header), so a replayed copy runs as an ordinary message and a recurring
+    one re-creates its row when it reschedules itself."""
+    args, kwargs, retries = decode_call(row.args, row.job_key, row.bucket)
+    task_id = str(uuid.uuid4())
+    headers: dict[str, Any] = {
+        "task": row.task, "id": task_id, JOB_HEADER: row.job_key,
+        REASON_HEADER: f"lease expired {row.attempts} times",
     }
     if retries:
         headers["retries"] = retries
@@ -124,33 +146,41 @@ class ConfirmingPublisher:
 
     def publish(self, rows: list[Claimed]) -> None:
         """Publish ``rows`` to their bucket queues; return once the broker confirmed all."""
+        self._publish_all([(self.exchange, BUCKETS_BY_NAME[row.bucket].queue,
+                            task_message(row)) for row in rows])
+
+    def publish_dead(self, rows: list[Claimed]) -> None:
+        """Put poison jobs on their buckets' dead-letter queues; return once confirmed."""
+        self._publish_all([(DEAD_EXCHANGE.name, BUCKETS_BY_NAME[row.bucket].dead_queue,
+                            dead_message(row)) for row in rows])
+
+    def _publish_all(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
         if self._pub is None:
             self.connect()
         self._failures.clear()
         try:
-            self._send(rows)
+            self._send(messages)
             self._wait_for_confirms()
         except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker: publishing {len(rows)} messages failed: "
+            raise BrokerUnavailable(f"broker: publishing {len(messages)} messages failed: "
                                     f"{exc}") from exc
         if self._failures:
-            raise BrokerUnavailable(f"broker refused {len(self._failures)} of {len(rows)} "
+            raise BrokerUnavailable(f"broker refused {len(self._failures)} of {len(messages)} "
                                     f"messages: {self._failures[0]}")
 
-    def _send(self, rows: list[Claimed]) -> None:
+    def _send(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
         """Write the batch's frames in one go (a message too big for one frame goes
         through py-amqp, which splits it)."""
         channel, limit = self._pub.channel_id, self._raw.frame_max - 8
         out: list[bytes] = []
-        for row in rows:
-            msg, queue = task_message(row), BUCKETS_BY_NAME[row.bucket].queue
+        for exchange, routing_key, msg in messages:
             if len(msg.body) <= limit:
-                out.append(frames.publish(channel, self.exchange, queue, msg.body,
+                out.append(frames.publish(channel, exchange, routing_key, msg.body,
                                           msg.headers, msg.task_id, mandatory=True))
             else:
                 self._write(out)
-                self._pub.basic_publish(msg.as_amqp(), exchange=self.exchange,
-                                        routing_key=queue, mandatory=True)
+                self._pub.basic_publish(msg.as_amqp(), exchange=exchange,
+                                        routing_key=routing_key, mandatory=True)
             self._tag += 1
             self._pending.add(self._tag)
         self._write(out)

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Insert,
     Text,
     and_,
+    any_,
     bindparam,
     case,
     delete,
@@ -56,6 +57,8 @@ from scheduler.schema import (
 
 #: Counter of rows whose lease ran out and that were put back to be dispatched again.
 RECOVERED = "leases_recovered"
+#: Counter of poison jobs moved to their dead-letter queue (out of attempts).
+DEAD_LETTERED = "dead_lettered"
 
 
 @dataclass(frozen=True)
@@ -86,6 +89,8 @@ class Claimed:
     due_at: datetime
     token: int
     lease_until: datetime
+    #: Dispatches without a finish or reschedule (set for dead-lettered rows).
+    attempts: int = 0
 
 
 Statement = Select[Any] | Update | Delete
@@ -235,6 +240,14 @@ class DueStore:
                 return (result.first() if result.returns_rows else None), result.rowcount
         return self._raw.execute(what, stmt, params)
 
+    def _key_in(self, keys: list[str]) -> Any:
+        """``job_key`` is one of ``keys``: on PostgreSQL one array parameter (``= ANY``),
+        which the driver sends as is, instead of a thousand placeholders to parse."""
+        if self.dialect == "postgresql":
+            return due_jobs.c.job_key == any_(bindparam("keys", keys,
+                                                        type_=postgresql.ARRAY(Text())))
+        return due_jobs.c.job_key.in_(keys)
+
     def _insert(self) -> Any:
         """The dialect's INSERT with ON CONFLICT support."""
         module: Any = postgresql if self.dialect == "postgresql" else sqlite
@@ -327,21 +340,62 @@ class DueStore:
             publish(claimed)
             # mark_dispatched: new token, lease, one more attempt.
             conn.execute(update(due_jobs)
-                         .where(due_jobs.c.job_key.in_([c.job_key for c in claimed]))
+                         .where(self._key_in([c.job_key for c in claimed]))
                          .values(state=DISPATCHED, token=due_jobs.c.token + 1,
                                  lease_until=lease_until, attempts=due_jobs.c.attempts + 1,
                                  updated_at=now))
         return len(claimed)
 
-    def recover_expired(self, now: datetime, limit: int) -> dict[str, int]:
+    def dead_letter_expired(self, now: datetime, max_attempts: int, limit: int,
+                            publish: Publisher) -> dict[str, int]:
+        """Move up to ``limit`` poison jobs to their dead-letter queue; count per bucket.
+
+        A poison job is a dispatched row whose lease ran out after
+        ``max_attempts`` dispatches without a finish or reschedule (its task
+        keeps failing or killing its worker). ``publish`` puts its last copy on
+        the bucket's dead-letter queue and returns once the broker confirmed;
+        only then is the row deleted, in the same transaction: a crash in
+        between leaves a duplicate, never a loss.
+        """
+        # poison_leases: expired dispatched rows out of attempts, not held elsewhere.
+        poison = (select(due_jobs.c.job_key, due_jobs.c.task, due_jobs.c.bucket,
+                         due_jobs.c.args, due_jobs.c.due_at, due_jobs.c.token,
+                         due_jobs.c.lease_until, due_jobs.c.attempts)
+                  .where(due_jobs.c.state == DISPATCHED, due_jobs.c.lease_until < now,
+                         due_jobs.c.attempts >= max_attempts)
+                  .order_by(due_jobs.c.lease_until).limit(limit)
+                  .with_for_update(skip_locked=True))
+        with self._tx("dead-letter poison jobs") as conn:
+            rows = [Claimed(job_key=r.job_key, task=r.task, bucket=r.bucket, args=r.args,
+                            due_at=r.due_at, token=r.token, lease_until=r.lease_until,
+                            attempts=r.attempts)
+                    for r in conn.execute(poison)]
+            if not rows:
+                return {}
+            publish(rows)
+            # drop_poison: the rows just dead-lettered (still locked by us).
+            conn.execute(delete(due_jobs).where(
+                due_jobs.c.job_key.in_([r.job_key for r in rows]),
+                due_jobs.c.state == DISPATCHED))
+            counts = Counter(r.bucket for r in rows)
+            self._add_counters(conn, DEAD_LETTERED, counts)
+        return dict(counts)
+
+    def recover_expired(self, now: datetime, limit: int,
+                        max_attempts: int | None = None) -> dict[str, int]:
         """Put up to ``limit`` dispatched rows whose lease ran out back to scheduled.
 
         They keep their due time (so they are dispatched first) and their token
-        (the next dispatch gives them a new one). Returns the count per bucket.
+        (the next dispatch gives them a new one). Rows with ``max_attempts`` or
+        more dispatches are left to :meth:`dead_letter_expired`. Returns the
+        count per bucket.
         """
+        conditions = [due_jobs.c.state == DISPATCHED, due_jobs.c.lease_until < now]
+        if max_attempts is not None:
+            conditions.append(due_jobs.c.attempts < max_attempts)
         # expired_leases: dispatched rows past their lease, not held by another scheduler.
         expired = (select(due_jobs.c.job_key)
-                   .where(due_jobs.c.state == DISPATCHED, due_jobs.c.lease_until < now)
+                   .where(*conditions)
                    .order_by(due_jobs.c.lease_until).limit(limit)
                    .with_for_update(skip_locked=True))
         # recover_leases: back to scheduled.

@@ -62,8 +62,13 @@ def _user_uuid(user: Column, seed: int) -> Column:
 
 
 def generate(spark: SparkSession, count: int, seed: int, partitions: int,
-             kinds: Mapping[str, str]) -> DataFrame:
-    """``count`` generated messages as raw rows (ids ``gen-<seed>-<n>``)."""
+             kinds: Mapping[str, str], every: float | None = None,
+             runs: int | None = None) -> DataFrame:
+    """``count`` generated messages as raw rows (ids ``gen-<seed>-<n>``).
+
+    With ``every``, each payload also says how the message recurs
+    (``"every": <seconds>, "runs": <runs or null>``, see tasks/process.py).
+    """
     users = max(1, count // JOBS_PER_USER)
     rows = spark.range(count, numPartitions=max(1, partitions))
     n = F.col("id")
@@ -74,7 +79,10 @@ def generate(spark: SparkSession, count: int, seed: int, partitions: int,
     # Squaring a uniform number skews it towards 0: low user numbers own many jobs.
     user = F.floor(_uniform(n, seed, 4) * _uniform(n, seed, 4) * users).cast("long")
     data = F.substring(F.sha2(ident, 256), 1, (F.floor(_uniform(n, seed, 5) * 61) + 4).cast("int"))
-    payload = F.concat(F.lit('{"n":'), n.cast("string"), F.lit(',"data":"'), data, F.lit('"}'))
+    recurrence = "" if every is None else (
+        f',"every":{every:g},"runs":{"null" if runs is None else runs}')
+    payload = F.concat(F.lit('{"n":'), n.cast("string"), F.lit(',"data":"'), data,
+                       F.lit(f'"{recurrence}}}'))
     use_kind = with_kind & kind.isNotNull()
     return rows.select(
         ident.alias("source"),

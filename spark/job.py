@@ -60,7 +60,8 @@ def source_frame(spark: SparkSession, opts: SeedOptions, rules: Rules) -> DataFr
     assert opts.generate is not None, "parse_options requires --input or --generate"
     partitions = opts.partitions or max(spark.sparkContext.defaultParallelism,
                                         -(-opts.generate // GENERATED_PER_PARTITION))
-    return generate(spark, opts.generate, opts.seed, partitions, rules.kinds)
+    return generate(spark, opts.generate, opts.seed, partitions, rules.kinds,
+                    opts.every, opts.runs)
 
 
 def guard_rejects_path(path: str) -> None:
@@ -105,7 +106,7 @@ def load_plan(opts: SeedOptions, checked: DataFrame) -> tuple[DataFrame, Callabl
                                                                int, int]:
     """The sink frame, the sink, its chunk size and how many connections it may hold."""
     if opts.sink == "broker":
-        return (sink_frame(checked, message_json()), broker_sink(opts.broker_url),
+        return (sink_frame(checked, message_json(full=True)), broker_sink(opts.broker_url),
                 opts.batch, opts.max_connections)
     check_store(opts.database_url)
     line = copy_line(opts.start or datetime.now(UTC), opts.spread)

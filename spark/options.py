@@ -56,6 +56,8 @@ class SeedOptions:
     partitions: int | None
     batch: int
     master: str | None
+    every: float | None = None
+    runs: int | None = None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -91,9 +93,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=positive, default=1000,
                    help="Messages per confirmed batch with --sink broker (default: 1000).")
     p.add_argument("--master", help="Spark master (default: local[*], or spark-submit's).")
+    p.add_argument("--every", type=parse_duration, metavar="DURATION",
+                   help="With --generate: messages recur this often (payload 'every').")
+    p.add_argument("--runs", type=positive, help="With --every: runs of each message "
+                   "(default: forever).")
     return p
 
 
 def parse_options(argv: list[str]) -> SeedOptions:
     """Parse the command line (argparse exits with a usage message on a bad one)."""
-    return SeedOptions(**vars(parser().parse_args(argv)))
+    p = parser()
+    opts = SeedOptions(**vars(p.parse_args(argv)))
+    if opts.every is not None and opts.generate is None:
+        p.error("--every only applies to --generate (an input file's payloads say it)")
+    if opts.runs is not None and opts.every is None:
+        p.error("--runs needs --every")
+    return opts

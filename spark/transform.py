@@ -151,17 +151,21 @@ def rejects(checked: DataFrame) -> DataFrame:
     return checked.where(F.col("reason").isNotNull()).select(*REJECT_COLUMNS)
 
 
-def message_json() -> Column:
-    """The task arguments ``{"args": [<message>], "kwargs": {}}`` of a checked row, as JSON.
+def message_json(full: bool = False) -> Column:
+    """The task arguments ``{"args":[<message>]}`` of a checked row, as JSON.
 
-    The message keeps the row's own ``bucket`` or ``kind`` (never both: that
-    would be invalid) and its payload as JSON.
+    By default in the store's compact form: the message leaves out what the
+    row's own columns hold (its ``id``, the job key, and its ``bucket``; a
+    ``kind`` is kept), as ``scheduler.callargs.encode_call`` writes it and
+    ``decode_call`` puts back; at tens of millions of rows those bytes are most
+    of a row. ``full`` gives the whole message (for publishing it).
     """
     # The string fields through to_json (which escapes them and drops the absent
     # bucket or kind), then the already encoded payload spliced in before the "}".
-    head = F.to_json(F.struct(F.col("id"), F.col("user_id"), F.col("bucket"), F.col("kind")))
+    fields = ["id", "user_id", "bucket", "kind"] if full else ["user_id", "kind"]
+    head = F.to_json(F.struct(*[F.col(name) for name in fields]))
     return F.concat(F.lit('{"args":['), F.left(head, F.length(head) - 1),
-                    F.lit(',"payload":'), F.col("payload_text"), F.lit('}],"kwargs":{}}'))
+                    F.lit(',"payload":'), F.col("payload_text"), F.lit("}]}"))
 
 
 def first_due(start: datetime, spread_seconds: float) -> Column:

@@ -4,6 +4,5 @@ from tasks import resequence as _resequence  # noqa: F401 - registers its tasks
 from tasks import signals as _signals  # noqa: F401 - connects the worker hooks
 from tasks.app import app
 from tasks.process import process_message
-from tasks.recurring import recurring_message
 
-__all__ = ["app", "process_message", "recurring_message"]
+__all__ = ["app", "process_message"]

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -175,7 +176,15 @@ def status(as_json: bool) -> None:
     finally:
         publisher.close()
         store.close()
-    click.echo(st.as_json(rows) if as_json else st.as_table(rows))
+    destinations = resequencer_statuses(())
+    if as_json:
+        doc = json.loads(st.as_json(rows))
+        doc["destinations"] = [asdict(d) for d in destinations]
+        click.echo(json.dumps(doc))
+        return
+    click.echo(st.as_table(rows))
+    for d in destinations:
+        click.echo(destination_line(d))
 
 
 @cli.group()
@@ -211,22 +220,17 @@ def seed(seed_args: tuple[str, ...]) -> None:
 
 
 @cli.command()
-@click.option("--messages", default=300, show_default=True, help="Messages to publish.")
+@click.option("--messages", default=300, show_default=True, help="Messages to seed.")
+@click.option("--cycles", default=3, show_default=True, help="Runs of each message.")
+@click.option("--every", default=1.0, show_default=True, help="Seconds between runs.")
 @click.option("--work-scale", default=0.2, show_default=True,
               help="Multiplier of the simulated work (RECUR_WORK_SCALE for the workers).")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait.")
-@click.option("--cycles", default=3, show_default=True,
-              help="Runs of each message through the due-jobs store and the scheduler; "
-                   "0 publishes each message once, directly.")
-def demo(messages: int, work_scale: float, timeout: float, cycles: int) -> None:
-    """Run the main job end to end on the local services and print what happened."""
-    if cycles > 0:
-        from tasks.recurring_demo import run_recurring_demo
-
-        sys.exit(run_recurring_demo(messages, cycles, work_scale, timeout))
+def demo(messages: int, cycles: int, every: float, work_scale: float, timeout: float) -> None:
+    """Run the main job end to end: seed, schedule, process, reschedule; print what happened."""
     from tasks.demo import run_demo
 
-    sys.exit(run_demo(messages=messages, work_scale=work_scale, timeout=timeout))
+    sys.exit(run_demo(messages, cycles, every, work_scale, timeout))
 
 
 @cli.group()
@@ -244,13 +248,26 @@ def resequencer_status(destinations: tuple[str, ...], show_skipped: int) -> None
     from tasks.redis_conn import get_redis
 
     reseq = Resequencer(get_redis(), settings())
-    for name in destinations or reseq.destinations():
-        s = reseq.status(name)
-        click.echo(f"{name}: next={s.next_seq} assigned={s.assigned} buffered={s.buffered} "
-                   f"in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} late={s.late} "
-                   f"sender={'running' if s.sender_active else 'idle'}")
-        for record in reseq.skipped(name, show_skipped) if show_skipped else []:
+    for s in resequencer_statuses(destinations):
+        click.echo(destination_line(s))
+        for record in reseq.skipped(s.destination, show_skipped) if show_skipped else []:
             click.echo(f"  skipped seq={record['seq']} id={record['id']} {record['reason']}")
+
+
+def resequencer_statuses(destinations: tuple[str, ...]) -> list[Any]:
+    """Status of the named destinations (default: every one the resequencer has seen)."""
+    from routing.resequencer import Resequencer
+    from tasks.redis_conn import get_redis
+
+    reseq = Resequencer(get_redis(), settings())
+    return [reseq.status(name) for name in destinations or reseq.destinations()]
+
+
+def destination_line(s: Any) -> str:
+    """One destination's status on one line."""
+    return (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
+            f"buffered={s.buffered} in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} "
+            f"late={s.late} sender={'running' if s.sender_active else 'idle'}")
 
 
 def main() -> None:

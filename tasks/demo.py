@@ -1,52 +1,38 @@
 """``recur demo``: the main job end to end on the local services.
 
-Starts one worker per bucket, publishes messages spread over the buckets,
-waits until each has been processed and prints per-bucket counts and times.
+seed (PySpark, into the due-jobs store) → schedule (``recur scheduler`` drains
+what is due into the bucket queues) → process (one ``recur worker`` per bucket)
+→ reschedule (each message puts itself back in the store) → … for ``cycles``
+runs of every message; then prints per bucket what ran and how much was lost.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import socket
+import subprocess
 import tempfile
 import time
-import uuid
-from collections import Counter, defaultdict
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
 
 from config.buckets import BUCKETS
 from config.settings import settings
+from scheduler.engine import make_engine
+from scheduler.migrate import upgrade
+from scheduler.store import DueStore
 from tasks import completions
 from tasks.app import app
-from tasks.process import process_message
 from tasks.processes import Child, recur_argv, spawn, wait_for, wait_for_worker
 from tasks.redis_conn import get_redis
 
-#: Share of the population in each bucket: most work is short.
-MIX = {"short": 0.7, "medium": 0.25, "long": 0.05}
 
-
-def demo_messages(count: int, run: str) -> list[dict[str, object]]:
-    """``count`` messages spread over the buckets by MIX, over 50 users."""
-    names = [b.name for b in BUCKETS]
-    cut, acc = [], 0.0
-    for name in names:
-        acc += MIX.get(name, 0.0)
-        cut.append(acc)
-    out: list[dict[str, object]] = []
-    for i in range(count):
-        share = (i * 0.6180339887) % 1.0  # low-discrepancy spread, deterministic
-        bucket = next((n for n, c in zip(names, cut, strict=True) if share < c), names[-1])
-        out.append({"id": f"{run}-{i}", "user_id": f"user-{i % 50}", "bucket": bucket,
-                    "payload": {"n": i}})
-    return out
-
-
-def start_workers(work_scale: float, log_dir: Path) -> list[Child]:
+def start_workers(env: dict[str, str], log_dir: Path) -> list[Child]:
     """One ``recur worker <bucket>`` per bucket, each answering ping before we go on."""
-    env = {**os.environ, "RECUR_WORK_SCALE": str(work_scale)}
     host = socket.gethostname()
     children = []
     for bucket in BUCKETS:
@@ -57,66 +43,91 @@ def start_workers(work_scale: float, log_dir: Path) -> list[Child]:
     return children
 
 
-def run_demo(messages: int, work_scale: float, timeout: float) -> int:
-    """Run the demo; return the exit code (0 when nothing was lost)."""
-    cfg, client = settings(), get_redis()
-    run = uuid.uuid4().hex[:8]
-    log_dir = Path(tempfile.mkdtemp(prefix=f"recur-demo-{run}-"))
-    click.echo(f"recur demo {run}: {messages} messages, work scale {work_scale}, logs in {log_dir}")
-    children = start_workers(work_scale, log_dir)
+def seed_with_spark(messages: int, seed: int, cycles: int, every: float, log_dir: Path) -> None:
+    """Run the Spark seed job; its summary lines are echoed."""
+    argv = recur_argv("seed", "--generate", str(messages), "--seed", str(seed), "--spread", "0",
+                      "--every", f"{every:g}s", "--runs", str(cycles),
+                      "--rejects", str(log_dir / "seed-rejects"))
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    for line in result.stdout.splitlines():
+        click.echo(f"  spark: {line}")
+    if result.returncode != 0:
+        raise click.ClickException(f"seed job failed ({result.returncode}):\n"
+                                   f"{result.stderr[-3000:]}")
+
+
+def stored_rows(url: str) -> int:
+    """Rows in the due-jobs store, scheduled or dispatched."""
+    store = DueStore.open(url)
     try:
-        since = completions.last_id(client, cfg)
-        batch = demo_messages(messages, run)
-        t0 = time.monotonic()
-        for message in batch:
-            process_message.delay(message)
-        click.echo(f"  published {len(batch)} in {time.monotonic() - t0:.2f}s: "
-                   f"{dict(Counter(str(m['bucket']) for m in batch))}")
-        seen: dict[str, completions.Completion] = {}
+        stats = store.stats(datetime.now(UTC) + timedelta(days=1))
+        return sum(b.scheduled + b.dispatched for b in stats.values())
+    finally:
+        store.close()
 
-        def all_done() -> bool:
-            for c in completions.read_since(client, cfg, since_id(seen, since)):
-                seen[c.message_id] = c
-            return len(seen) >= len(batch)
 
-        wait_for(all_done, timeout, f"{len(batch)} messages to be processed", interval=0.25)
-        report(batch, seen, time.monotonic() - t0)
-        return 0
+def run_demo(messages: int, cycles: int, every: float, work_scale: float,
+             timeout: float) -> int:
+    """Run the demo; return the exit code (0 when every message ran every cycle)."""
+    cfg, client = settings(), get_redis()
+    seed = random.randrange(1, 2**31)
+    log_dir = Path(tempfile.mkdtemp(prefix=f"recur-demo-{seed}-"))
+    click.echo(f"recur demo: {messages} messages x {cycles} cycles, every {every:g}s, "
+               f"store {cfg.database_url}, logs in {log_dir}")
+    engine = make_engine(cfg.database_url)
+    try:
+        click.echo(f"  due-jobs schema at revision {upgrade(engine)}")
+    finally:
+        engine.dispose()
+    before = stored_rows(cfg.database_url)
+    env = {**os.environ, "RECUR_WORK_SCALE": str(work_scale)}
+    children: list[Child] = []
+    runs: Counter[str] = Counter()
+    buckets: dict[str, str] = {}
+    since = completions.last_id(client, cfg)
+    t0 = time.monotonic()
+    try:
+        children += start_workers(env, log_dir)
+        seed_with_spark(messages, seed, cycles, every, log_dir)
+        children.append(spawn("scheduler", recur_argv("scheduler"), log_dir, env))
+        click.echo(f"  scheduler up (pid {children[-1].pid})")
+        prefix = f"gen-{seed}-"
+
+        def all_cycles() -> bool:
+            nonlocal since
+            for c in completions.read_since(client, cfg, since):
+                since = c.stream_id
+                if c.message_id.startswith(prefix):
+                    runs[c.message_id] += 1
+                    buckets[c.message_id] = c.bucket
+            return len(runs) == messages and min(runs.values()) >= cycles
+
+        wait_for(all_cycles, timeout, f"{messages} messages x {cycles} cycles", interval=0.25)
+        wait_for(lambda: stored_rows(cfg.database_url) == before, 30,
+                 "finished messages' rows to be removed", interval=0.5)
+        return report(messages, buckets, runs, cycles, time.monotonic() - t0)
     except TimeoutError as exc:
-        click.echo(f"  {exc}: processed {len(seen)}, lost {len(batch) - len(seen)}")
+        click.echo(f"  {exc}")
+        report(messages, buckets, runs, cycles, time.monotonic() - t0)
         return 1
     finally:
-        for child in children:
+        for child in reversed(children):
             child.stop()
 
 
-def since_id(seen: dict[str, completions.Completion], start: str) -> str:
-    """Newest stream id seen so far, so each poll reads only new entries."""
-    return max((c.stream_id for c in seen.values()), key=_id_key, default=start)
-
-
-def _id_key(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def report(batch: list[dict[str, object]], seen: dict[str, completions.Completion],
-           wall: float) -> None:
-    """Print per-bucket counts, workers and times."""
-    by_bucket: dict[str, list[completions.Completion]] = defaultdict(list)
-    for c in seen.values():
-        by_bucket[c.bucket].append(c)
-    click.echo(f"  done in {wall:.2f}s")
-    click.echo(f"  {'bucket':<8}{'count':>7}{'workers':>22}{'mean run s':>12}{'last done s':>13}")
-    first = min(c.started for c in seen.values())
+def report(messages: int, buckets: dict[str, str], runs: Counter[str], cycles: int,
+           wall: float) -> int:
+    """Per bucket: messages, runs, cycles per message (min/max); 0 when none was lost."""
+    click.echo(f"  done in {wall:.1f}s")
+    click.echo(f"  {'bucket':<8}{'messages':>9}{'runs':>7}{'min cycles':>12}{'max cycles':>12}")
     for bucket in BUCKETS:
-        runs = by_bucket.get(bucket.name, [])
-        if not runs:
-            continue
-        workers = ",".join(sorted({c.worker for c in runs}))
-        mean = sum(c.finished - c.started for c in runs) / len(runs)
-        last = max(c.finished for c in runs) - first
-        click.echo(f"  {bucket.name:<8}{len(runs):>7}{workers:>22}{mean:>12.3f}{last:>13.2f}")
-    wrong = [c for c in seen.values() if c.worker.split("@")[0] != c.bucket]
-    click.echo(f"  processed {len(seen)}/{len(batch)}, lost {len(batch) - len(seen)}, "
-               f"run by another bucket's worker {len(wrong)}")
+        counts = [runs[k] for k, b in buckets.items() if b == bucket.name]
+        if counts:
+            click.echo(f"  {bucket.name:<8}{len(counts):>9}{sum(counts):>7}{min(counts):>12}"
+                       f"{max(counts):>12}")
+    complete = sum(1 for n in runs.values() if n >= cycles)
+    lost = messages - complete
+    extra = sum(max(0, n - cycles) for n in runs.values())
+    click.echo(f"  seeded {messages}, every one run {cycles} times: {complete}; "
+               f"lost {lost}, extra runs {extra}")
+    return 0 if lost == 0 else 1

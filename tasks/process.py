@@ -1,12 +1,22 @@
-"""``tasks.process_message``: one message, bucket-sized simulated I/O work."""
+"""``tasks.process_message``: one message, bucket-sized simulated I/O work, and,
+for a recurring message, its own next run.
+
+A message recurs when its payload is an object with ``"every": <seconds>``
+(and optionally ``"runs": <runs left>``; absent or null: forever). After the
+work the task reschedules itself with the same job key: one row update in the
+due-jobs store. Any other payload is processed once.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from config.buckets import BUCKETS_BY_NAME
+from config.errors import InvalidMessage
 from config.settings import settings
+from routing.messages import Message
 from tasks import completions
 from tasks.app import app
 from tasks.base import MessageTask
@@ -18,14 +28,37 @@ def simulated_work_seconds(bucket: str) -> float:
     return BUCKETS_BY_NAME[bucket].work_seconds * settings().work_scale
 
 
+def next_run(msg: Message | Mapping[str, Any]) -> tuple[float, dict[str, Any]] | None:
+    """(delay, next message) when the message recurs again, else None.
+
+    The next message keeps the caller's form (``bucket`` or ``kind``); only its
+    payload's ``runs`` changes.
+    """
+    payload = msg["payload"]
+    if not isinstance(payload, dict) or "every" not in payload:
+        return None
+    every, runs = payload["every"], payload.get("runs")
+    if isinstance(every, bool) or not isinstance(every, int | float) or every < 0:
+        raise InvalidMessage("payload", f"'every' must be a non-negative number of seconds, "
+                             f"got {every!r}")
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int)):
+        raise InvalidMessage("payload", f"'runs' must be an integer or null, got {runs!r}")
+    if runs is not None and runs <= 1:
+        return None
+    return float(every), {**msg, "payload": {**payload, "runs": None if runs is None else runs - 1}}
+
+
 @app.task(bind=True, base=MessageTask, name="tasks.process_message")
 def process_message(self: MessageTask, message: Any) -> dict[str, Any]:
-    """Process one message: validate it, do its bucket's work, log the completion."""
+    """Process one message, log the completion, and reschedule it if it recurs."""
     msg = self.message(message)
+    again = next_run(message)  # a malformed schedule fails before the work, not after
     started = time.time()
     time.sleep(simulated_work_seconds(msg["bucket"]))  # stands in for the message's I/O
     done = completions.Completion(
         message_id=msg["id"], bucket=msg["bucket"], worker=self.worker_name,
         redelivered=self.redelivered, started=started, finished=time.time())
     completions.record(get_redis(), settings(), done)
-    return {"id": msg["id"], "bucket": msg["bucket"], "worker": done.worker}
+    if again is not None:
+        self.apply_async((again[1],), countdown=again[0])
+    return {"id": msg["id"], "bucket": msg["bucket"], "again": again is not None}

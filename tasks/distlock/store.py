@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
@@ -64,11 +65,9 @@ class LockStore:
         self._extend = client.register_script(_lua("lock_extend.lua"))
         self._submit = client.register_script(_lua("lock_submit.lua"))
 
-    def user_keys(self, user: str) -> list[str]:
+    def user_keys(self, user: str) -> tuple[str, ...]:
         """KEYS of the lock scripts for ``user``, in the order lock_lib.lua documents."""
-        return [*(keys.user_lock(self.prefix, user, part) for part in keys.LOCK_PARTS),
-                keys.lock_wake(self.prefix), keys.lock_counter(self.prefix),
-                keys.lock_stats(self.prefix)]
+        return _script_keys(self.prefix, user)
 
     def _run(self, script: Any, user: str, args: list[Any], what: str) -> Any:
         try:
@@ -144,6 +143,13 @@ class LockStore:
         """Lock event counters summed over every worker (busy, handovers, ...)."""
         raw: Any = self.client.hgetall(keys.lock_stats(self.prefix))
         return {str(k): int(v) for k, v in raw.items()}
+
+
+@lru_cache(maxsize=4096)
+def _script_keys(prefix: str, user: str) -> tuple[str, ...]:
+    """Cached: a job's acquire and release (and a hot user's whole line) share them."""
+    return (*(keys.user_lock(prefix, user, part) for part in keys.LOCK_PARTS),
+            keys.lock_wake(prefix), keys.lock_counter(prefix), keys.lock_stats(prefix))
 
 
 def _ms(seconds: float) -> int:

@@ -64,7 +64,7 @@ def test_worker_killed_mid_task_its_job_comes_back_and_completes(
     store.schedule(jobs, now())
     log = RunLog()
     start_scheduler(env)
-    wait_for(lambda: "Task tasks.recurring_message" in victim.log(), 30, "a job to start")
+    wait_for(lambda: "Task tasks.process_message" in victim.log(), 30, "a job to start")
     victim.kill9()
     start_worker("short", concurrency=2, env=env)
     wait_for(lambda: all(log.poll()[j.job_key] >= 1 for j in jobs), 60,

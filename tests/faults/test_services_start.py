@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -17,15 +16,9 @@ pytestmark = pytest.mark.services
 SCRIPT = services.ROOT / "scripts" / "ensure-services.sh"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_a_redis_that_is_down_is_started(tmp_path: Path) -> None:
     # A private Redis on its own port: the shared one other tests use stays up.
-    port = free_port()
+    port = services.free_port()
     env = {**os.environ, "REDIS_PORT": str(port), "REDIS_DIR": str(tmp_path)}
     client = redis.Redis(port=port, socket_connect_timeout=1)
     with pytest.raises(redis.ConnectionError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,12 +16,6 @@ from tests.support import services
 pytestmark = pytest.mark.services
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_flower_refuses_to_start_without_credentials() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RECUR_FLOWER")}
     result = subprocess.run(recur_argv("flower"), env=env, capture_output=True, text=True,
@@ -34,7 +27,7 @@ def test_flower_refuses_to_start_without_credentials() -> None:
 def test_flower_requires_auth_and_lists_workers_with_queues(
         start_worker: Any, tmp_logs: Path) -> None:
     _, node = start_worker("medium")
-    port = free_port()
+    port = services.free_port()
     env = {**os.environ, **services.test_environment(), "RECUR_FLOWER_USER": "ops",
            "RECUR_FLOWER_PASSWORD": "s3cret-test", "RECUR_FLOWER_PORT": str(port)}
     flower = spawn("flower", recur_argv("flower", "--address=127.0.0.1"), tmp_logs, env,

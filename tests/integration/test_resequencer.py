@@ -122,7 +122,7 @@ def test_a_message_that_always_fails_is_skipped_reported_and_later_ones_flow(
     shown = CliRunner().invoke(cli, ["resequencer", "status", "failing", "--skipped", "5"])
     assert shown.exit_code == 0, shown.output
     assert shown.output.splitlines() == [
-        "failing: next=11 assigned=10 buffered=0 in_flight=0 sent=9 skipped=1 late=0 "
+        "destination failing: next=11 assigned=10 buffered=0 in_flight=0 sent=9 skipped=1 late=0 "
         "sender=idle", f"  skipped seq=4 id=m3 {record['reason']}"]
 
 

@@ -51,7 +51,8 @@ def test_eta_and_explicit_job_key(store_in_use: DueStore) -> None:
     got: list[Any] = []
     store_in_use.dispatch("short", 10, eta, eta, got.extend)
     assert [(c.job_key, c.due_at) for c in got] == [("daily-a", eta)]
-    args, kwargs, retries = decode_call(got[0].args)
+    assert '"bucket"' not in got[0].args  # the row's bucket column holds it
+    args, kwargs, retries = decode_call(got[0].args, got[0].job_key, got[0].bucket)
     assert args == [message("a")] and kwargs == {} and retries == 0
 
 

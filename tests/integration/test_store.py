@@ -103,6 +103,49 @@ def test_expired_leases_are_dispatched_again_with_a_new_token(store: DueStore) -
     assert stats["short"].recovered == 1 and stats["medium"].recovered == 1
 
 
+def never(rows: list[Claimed]) -> None:
+    raise AssertionError(f"nothing should be dead-lettered, got {rows}")
+
+
+def test_a_job_out_of_attempts_is_dead_lettered_then_deleted(store: DueStore) -> None:
+    store.schedule([job("poison", T0), job("ok", T0)], T0)
+    now = T0
+    for _ in range(2):  # two dispatches whose leases run out: put back
+        assert {c.job_key for c in drain(store, "short", now)} == {"poison", "ok"}
+        now += LEASE * 2
+        assert store.dead_letter_expired(now, 3, 100, never) == {}
+        assert store.recover_expired(now, 100, 3) == {"short": 2}
+    assert len(drain(store, "short", now)) == 2
+    assert store.finish("ok", 3)  # "ok" finishes its third copy; "poison" never does
+    now += LEASE * 2
+    assert store.recover_expired(now, 100, 3) == {}  # out of attempts: not put back
+
+    def refuse(rows: list[Claimed]) -> None:
+        raise StoreError("broker refused")  # stands in for a failed publish
+
+    with pytest.raises(StoreError):
+        store.dead_letter_expired(now, 3, 100, refuse)
+    assert store.stats(now)["short"].dispatched == 1  # unconfirmed: the row stays
+    published: list[Claimed] = []
+    assert store.dead_letter_expired(now, 3, 100, published.extend) == {"short": 1}
+    (dead,) = published
+    assert (dead.job_key, dead.token, dead.attempts) == ("poison", 3, 3)
+    assert dead.args == '{"args":[],"kwargs":{}}'
+    assert store.stats(now) == {"short": store.stats(now)["short"]}
+    assert store.stats(now)["short"].dispatched == 0
+    assert store.live_dispatch("poison") is None
+
+
+def test_a_reschedule_resets_the_attempts(store: DueStore) -> None:
+    store.schedule([job("k", T0)], T0)
+    now = T0
+    for _ in range(5):
+        (copy,) = drain(store, "short", now)
+        assert store.reschedule("k", copy.token, now, now)
+        now += LEASE * 2
+        assert store.dead_letter_expired(now, 2, 100, never) == {}
+
+
 def test_pull_forward_takes_the_earliest_future_rows(store: DueStore) -> None:
     store.schedule([job(f"f{i}", T0 + timedelta(hours=i + 1)) for i in range(5)], T0)
     assert drain(store, "short", T0) == []

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -75,20 +74,14 @@ def start_worker(celery_app: Any, tmp_logs: Path) -> Iterator[WorkerFactory]:
 
     Returns ``(child, nodename)``; every worker is stopped when the test ends.
     """
-    from tasks.processes import spawn, wait_for_worker
-
     started = []
 
     def start(queue: str, *, concurrency: int = 2, env: dict[str, str] | None = None,
               args: tuple[str, ...] = ()) -> tuple[Any, str]:
-        name = f"{queue}-{uuid.uuid4().hex[:6]}"
-        nodename = f"{name}@{socket.gethostname()}"
-        argv = ["celery", "-A", "tasks", "worker", "-Q", queue, "-n", nodename,
-                "-c", str(concurrency), "-l", "INFO", "--without-mingle", "--without-gossip",
-                "--include", "tests.support.fault_tasks", *args]
-        child = services_env_spawn(spawn, name, argv, tmp_logs, env)
+        child, nodename = spawn_worker(
+            celery_app, queue, tmp_logs, concurrency=concurrency, env=env,
+            args=("--include", "tests.support.fault_tasks", *args))
         started.append(child)
-        wait_for_worker(celery_app, child, nodename)
         return child, nodename
 
     yield start
@@ -96,9 +89,23 @@ def start_worker(celery_app: Any, tmp_logs: Path) -> Iterator[WorkerFactory]:
         child.stop()
 
 
-def services_env_spawn(spawn: Any, name: str, argv: list[str], log_dir: Path,
-                       env: dict[str, str] | None) -> Any:
-    full_env = {**os.environ, **services.test_environment(), **(env or {})}
-    bin_dir = Path(sys.executable).parent
-    argv = [str(bin_dir / argv[0]), *argv[1:]]
-    return spawn(name, argv, log_dir, full_env, cwd=services.ROOT)
+
+def spawn_worker(celery_app: Any, queue: str, log_dir: Path, *, concurrency: int,
+                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> tuple[Any, str]:
+    """Start ``celery -A tasks worker -Q <queue>`` on this run's services; return it once it
+    answers ping, with its node name. The caller stops it."""
+    from tasks.cli import celery_executable
+    from tasks.processes import spawn, wait_for_worker
+
+    name = f"{queue}-{uuid.uuid4().hex[:6]}"
+    nodename = f"{name}@{socket.gethostname()}"
+    argv = [celery_executable(), "-A", "tasks", "worker", "-Q", queue, "-n", nodename,
+            "-c", str(concurrency), "-l", "INFO", "--without-mingle", "--without-gossip", *args]
+    child = spawn(name, argv, log_dir, {**os.environ, **services.test_environment(),
+                                        **(env or {})}, cwd=services.ROOT)
+    try:
+        wait_for_worker(celery_app, child, nodename)
+    except BaseException:
+        child.stop()
+        raise
+    return child, nodename

@@ -8,7 +8,6 @@ user), stops and starts that one, and removes it at the end.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -16,13 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-BIN = Path("/usr/lib/postgresql/15/bin")
+from tests.support import services
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The installed PostgreSQL's server binaries (the newest version on the machine).
+BIN = (Path("/usr/lib/postgresql")
+       / sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1] / "bin")
 
 
 def as_postgres(*argv: str) -> None:
@@ -61,7 +58,7 @@ def private_postgres() -> Iterator[PrivatePostgres]:
     """A started private server; stopped and deleted afterwards."""
     root = Path(tempfile.mkdtemp(prefix="recur-pg-"))
     shutil.chown(root, "postgres", "postgres")
-    server = PrivatePostgres(root, free_port())
+    server = PrivatePostgres(root, services.free_port())
     as_postgres(str(BIN / "initdb"), "-D", str(server.data), "-A", "trust", "-U", "postgres",
                 "--no-sync")
     server.start()

@@ -8,15 +8,13 @@ when the rig closes, also when the test failed.
 from __future__ import annotations
 
 import os
-import socket
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from config.settings import Settings, load_settings
-from tasks.processes import Child, spawn, wait_for_worker
-from tests.support.fixtures import services_env_spawn
+from tasks.processes import Child
+from tests.support.fixtures import spawn_worker
 from tests.support.receiver import Receiver
 from tests.support.services import ROOT
 
@@ -47,14 +45,9 @@ class Rig:
 
     def worker(self, queue: str, concurrency: int, *args: str) -> tuple[Child, str]:
         """Start one ``celery -A tasks worker -Q <queue>`` and wait until it answers."""
-        name = f"{queue}-{uuid.uuid4().hex[:6]}"
-        nodename = f"{name}@{socket.gethostname()}"
-        argv = ["celery", "-A", "tasks", "worker", "-Q", queue, "-n", nodename,
-                "-c", str(concurrency), "-l", "INFO", "--without-mingle", "--without-gossip",
-                *args]
-        child = services_env_spawn(spawn, name, argv, self.log_dir, self.env)
+        child, nodename = spawn_worker(self.app, queue, self.log_dir, concurrency=concurrency,
+                                       env=self.env, args=args)
         self.children.append(child)
-        wait_for_worker(self.app, child, nodename)
         return child, nodename
 
     def processing_worker(self, concurrency: int = 2) -> tuple[Child, str]:

@@ -18,7 +18,7 @@ from tasks import completions
 from tasks.processes import wait_for
 from tasks.redis_conn import get_redis
 
-RECURRING = "tasks.recurring_message"
+RECURRING = "tasks.process_message"
 
 
 def recurring_message(ident: str, bucket: str, every: float, runs: int | None) -> dict[str, Any]:

@@ -35,6 +35,13 @@ def test_environment() -> dict[str, str]:
     }
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(1)

@@ -37,6 +37,24 @@ def test_call_arguments_round_trip_and_refuse_non_json() -> None:
     text = encode_call([{"id": "a"}], {"k": 1}, retries=2)
     assert decode_call(text) == ([{"id": "a"}], {"k": 1}, 2)
     assert decode_call('{"args":[1],"kwargs":{}}') == ([1], {}, 0)  # as the seed job writes
+
+
+def test_stored_args_leave_out_what_the_row_holds() -> None:
+    msg = {"id": "k1", "user_id": "u", "bucket": "short", "payload": {"every": 60}}
+    text = encode_call([msg], {}, job_key="k1", bucket="short")
+    assert text == '{"args":[{"user_id":"u","payload":{"every":60}}]}'
+    assert decode_call(text, "k1", "short") == ([msg], {}, 0)
+    # Another key or bucket, or a kind, is kept as it is.
+    assert decode_call(encode_call([msg], {}, job_key="other", bucket="long"), "other",
+                       "long") == ([msg], {}, 0)
+    kinded = {"id": "k1", "user_id": "u", "kind": "report", "payload": None}
+    assert '"kind":"report"' in encode_call([kinded], {}, job_key="k1", bucket="long")
+    assert decode_call(encode_call([kinded], {}, job_key="k1", bucket="long"), "k1",
+                       "long") == ([kinded], {}, 0)
+    # The full form (the Spark seed job's) reads the same.
+    full = '{"args":[{"id":"k1","user_id":"u","bucket":"short","payload":{"every":60}}],' \
+           '"kwargs":{}}'
+    assert decode_call(full, "k1", "short") == ([msg], {}, 0)
     with pytest.raises(InvalidMessage, match="args"):
         encode_call([object()], {})
     with pytest.raises(InvalidMessage, match="args"):

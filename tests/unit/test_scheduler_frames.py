@@ -22,7 +22,7 @@ def split(data: bytes) -> list[tuple[int, int, bytes]]:
 
 
 def test_publish_frames_decode_to_the_message() -> None:
-    headers = {"task": "tasks.recurring_message", "id": "abc", "retries": 2,
+    headers = {"task": "tasks.process_message", "id": "abc", "retries": 2,
                "recur_dispatch": ["job-ü", 7, 1_795_253_734_375_383], "none": None}
     body = b'[[{"id":"j"}],{},{}]'
     data = frames.publish(3, "recur.tasks", "short", body, headers, "abc", mandatory=True)

@@ -14,6 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 from config.errors import InvalidMessage, SeedInputError
 from config.settings import load_settings
 from routing.messages import encoded_payload_size, validate_message
+from scheduler.callargs import decode_call, encode_call
 from spark.parse import parse_json_lines, parse_table
 from spark.transform import TASK, Rules, check, due_jobs, rejects
 
@@ -92,10 +93,12 @@ def test_valid_rows_become_messages_that_validate_message_accepts(
     rows = due_jobs(checked(spark_session, GOOD_LINES), START, 0).collect()
     assert len(rows) == len(GOOD_LINES)
     for row, line in zip(sorted(rows, key=lambda r: r.job_key), GOOD_LINES, strict=True):
-        call = json.loads(row.args)
-        assert call["kwargs"] == {} and len(call["args"]) == 1
-        assert call["args"][0] == json.loads(line)
-        assert validate_message(call["args"][0], CFG)["bucket"] == row.bucket
+        args, kwargs, _ = decode_call(row.args, row.job_key, row.bucket)
+        assert kwargs == {} and len(args) == 1
+        assert args[0] == json.loads(line)
+        assert validate_message(args[0], CFG)["bucket"] == row.bucket
+        assert json.loads(row.args) == json.loads(
+            encode_call(args, {}, job_key=row.job_key, bucket=row.bucket))
         assert row.task == TASK
 
 
@@ -106,10 +109,10 @@ def test_due_jobs_rows(spark_session: SparkSession) -> None:
             msg(id="c", user_id="w", bucket="nope", payload=1)]
     expected = spark_session.createDataFrame([
         ("a", TASK, "short",
-         '{"args":[{"id":"a","user_id":"u","bucket":"short","payload":{"k":1}}],"kwargs":{}}',
+         '{"args":[{"user_id":"u","payload":{"k":1}}]}',
          NAIVE_START),
         ("b", TASK, "long",
-         '{"args":[{"id":"b","user_id":"v","kind":"report","payload":null}],"kwargs":{}}',
+         '{"args":[{"user_id":"v","kind":"report","payload":null}]}',
          datetime(2026, 2, 1, 10, 0)),
     ], "job_key string, task string, bucket string, args string, due_at timestamp")
     assertDataFrameEqual(due_jobs(checked(spark_session, docs), START, 0), expected)
@@ -174,5 +177,5 @@ def test_csv_style_table_is_checked_like_json(spark_session: SparkSession) -> No
     assert [(r.id, r.field) for r in frame.orderBy("id").collect()] == [
         ("a", None), ("b", "payload"), ("c", None)]
     due = {r.job_key: r for r in due_jobs(frame, START, 0).collect()}
-    assert json.loads(due["a"].args)["args"][0]["payload"] == {"n": 1}
+    assert decode_call(due["a"].args, "a", "short")[0][0]["payload"] == {"n": 1}
     assert due["c"].due_at == datetime(2026, 1, 2) and due["c"].bucket == "short"
