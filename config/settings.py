@@ -208,43 +208,32 @@ def _parse(name: str, kind: Any, raw: str) -> Any:
     return raw
 
 
-def _check_resequencer(values: dict[str, Any]) -> None:
-    for name in ("reseq_gap_timeout", "reseq_capacity", "send_timeout", "send_backoff",
-                 "send_backoff_max"):
-        if name in values and values[name] <= 0:
-            raise ValueError(f"{name} must be positive")
-    if values.get("send_retries", 0) < 0:
-        raise ValueError("send_retries must not be negative")
-    module, _, function = values.get("reseq_processor", "").partition(":")
-    if (module or function) and not (module.strip() and function.strip()):
-        raise ValueError("reseq_processor must be 'module:function'")
-
-
-def _check_lock(values: dict[str, Any]) -> None:
-    if values.get("lock_when_redis_down", "retry") not in ("retry", "run-unlocked"):
-        raise ValueError("lock_when_redis_down must be 'retry' or 'run-unlocked'")
-    for name in ("lock_ttl", "lock_wait_budget", "lock_gap_timeout", "lock_reap_interval"):
-        if name in values and values[name] <= 0:
-            raise ValueError(f"{name} must be positive")
-    if values.get("lock_chain_seconds", 0) < 0:
-        raise ValueError("lock_chain_seconds must not be negative")
+#: Bounds of numeric settings, and the choices of enumerated ones.
+POSITIVE = frozenset({
+    "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
+    "high_watermark", "drain_batch", "lock_ttl", "lock_wait_budget", "lock_gap_timeout",
+    "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity", "send_timeout", "send_backoff",
+    "send_backoff_max"})
+NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
+                          "lock_chain_seconds"})
+AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})
+CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
 
 
 def _check(values: dict[str, Any]) -> None:
-    _check_lock(values)
-    if values.get("queue_type", "quorum") not in ("quorum", "classic"):
-        raise ValueError("queue_type must be 'quorum' or 'classic'")
-    for name in ("max_payload_bytes", "max_deliveries"):
-        if name in values and values[name] < 1:
-            raise ValueError(f"{name} must be at least 1")
-    _check_resequencer(values)
-    for name in ("work_scale", "completion_log_maxlen"):
-        if name in values and values[name] < 0:
-            raise ValueError(f"{name} must not be negative")
-    for name in ("schedule_threshold", "lease_seconds", "scheduler_interval",
-                 "low_watermark", "high_watermark", "drain_batch"):
-        if name in values and values[name] <= 0:
+    """Refuse a value out of its bounds (one setting at a time, as it is read)."""
+    for name, value in values.items():
+        if name in POSITIVE and value <= 0:
             raise ValueError(f"{name} must be positive")
+        if name in NON_NEGATIVE and value < 0:
+            raise ValueError(f"{name} must not be negative")
+        if name in AT_LEAST_ONE and value < 1:
+            raise ValueError(f"{name} must be at least 1")
+        if name in CHOICES and value not in CHOICES[name]:
+            raise ValueError(f"{name} must be {' or '.join(map(repr, CHOICES[name]))}")
+    module, _, function = values.get("reseq_processor", "").partition(":")
+    if (module or function) and not (module.strip() and function.strip()):
+        raise ValueError("reseq_processor must be 'module:function'")
     for name in filter(None, values.get("pull_forward", "").split(",")):
         if name.strip() not in BUCKETS_BY_NAME:
             raise ValueError(f"pull_forward names unknown bucket {name.strip()!r} "

@@ -43,3 +43,11 @@ def test_every_setting_is_documented() -> None:
     assert {var for var, _, _ in rows} >= {
         "RECUR_BROKER_URL", "RECUR_REDIS_URL", "RECUR_DATABASE_URL"}
     assert all(doc.strip() for _, _, doc in rows)
+
+
+def test_configuration_doc_lists_every_setting() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    missing = [var for var, _, _ in describe() if f"`{var}`" not in doc]
+    assert not missing, f"docs/configuration.md lacks {missing} (see `recur settings`)"
