@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -128,6 +129,8 @@ class RawStatements:
         self._local = threading.local()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
+        # A store dropped without close() still closes its connections.
+        weakref.finalize(self, _close_all, self._all)
 
     def _sql(self, stmt: Statement) -> tuple[str, dict[str, Any]]:
         if id(stmt) not in self._compiled:
@@ -159,9 +162,13 @@ class RawStatements:
 
     def close(self) -> None:
         with self._lock:
-            for conn in self._all:
-                conn.close()
-            self._all.clear()
+            _close_all(self._all)
+
+
+def _close_all(connections: list[psycopg.Connection[Any]]) -> None:
+    for conn in connections:
+        conn.close()
+    connections.clear()
 
 
 @dataclass(frozen=True)
@@ -202,6 +209,8 @@ class DueStore:
         self.url = engine.url.render_as_string(hide_password=True)
         self.dialect = engine.dialect.name
         self._raw = RawStatements(engine, self.url) if self.dialect == "postgresql" else None
+        # A store dropped without close() still returns its pooled connections.
+        weakref.finalize(self, engine.dispose)
 
     @classmethod
     def open(cls, url: str, *, check: bool = True) -> DueStore:

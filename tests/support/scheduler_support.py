@@ -71,7 +71,9 @@ def rows_left(store: DueStore, limit: int = 5) -> list[Any]:
 def wait_until_empty(store: DueStore, timeout: float) -> None:
     """Wait until every job's row is gone; on timeout, show what is left."""
     try:
-        wait_for(lambda: not store.stats(datetime.now(UTC)), timeout, "every job's row removed")
+        wait_for(lambda: all(b.scheduled == 0 and b.dispatched == 0
+                             for b in store.stats(datetime.now(UTC)).values()),
+                 timeout, "every job's row removed")
     except TimeoutError as exc:
         raise AssertionError(f"{exc}: {store.stats(datetime.now(UTC))} e.g. "
                              f"{rows_left(store)}") from exc
