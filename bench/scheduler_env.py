@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.private_env import PrivateEnv, pg
+from scheduler.callargs import encode_call
 
 ENVIRONMENT = PrivateEnv("sched").activate(RECUR_WORK_SCALE="0")
 RUN = ENVIRONMENT.run
@@ -35,11 +36,19 @@ def seed_sql(count: int, bucket: str, due_sql: str, task: str = "tasks.process_m
              every: float = 3600.0, start: int = 0) -> str:
     """Server-side INSERT of ``count`` recurring jobs (row i due at ``due_sql``, using i).
 
-    ``args`` is in the stored form ``scheduler.callargs.encode_call`` writes
-    (compact; the message's id and bucket are the row's job_key and bucket).
+    Each is a message of one of 100,000 users (UUIDs, as recur's users are)
+    whose payload says it recurs every ``every`` seconds, with ``args`` in the
+    stored form ``scheduler.callargs.encode_call`` writes (the message's id
+    and bucket are the row's job_key and bucket).
     """
-    message = ("'{\"args\":[{\"user_id\":\"u' || (i % 1000) || "
-               f"'\",\"payload\":{{\"every\":{every},\"runs\":null}}}}]}}'")
-    return (f"INSERT INTO {SCHEMA}.due_jobs (job_key, task, bucket, args, due_at) "
-            f"SELECT 'j' || i, '{task}', '{bucket}', {message}, {due_sql} "
+    user = "@user@"
+    message = {"id": "j", "user_id": user, "bucket": bucket,
+               "payload": {"every": every, "runs": None}}
+    head, tail = encode_call([message], {}, job_key="j", bucket=bucket).split(user)
+    args = f"'{head}' || md5((i % 100000)::text)::uuid::text || '{tail}'"
+    return (f"WITH new AS (INSERT INTO {SCHEMA}.due_tasks (name) VALUES ('{task}') "
+            f"ON CONFLICT (name) DO NOTHING RETURNING code) "
+            f"INSERT INTO {SCHEMA}.due_jobs (job_key, task_id, bucket, args, due_at) "
+            f"SELECT 'j' || i, coalesce((SELECT code FROM new), (SELECT code FROM "
+            f"{SCHEMA}.due_tasks WHERE name = '{task}')), '{bucket}', {args}, {due_sql} "
             f"FROM generate_series({start + 1}, {start + count}) AS i")

@@ -3,8 +3,11 @@
 Stored compactly, because at tens of millions of rows every byte of ``args``
 is most of a row: no spaces, no empty ``"kwargs"``, and a message argument
 leaves out what the row already holds in its own columns (its ``id`` when it
-is the job key, its ``bucket`` when it is the row's bucket). Reading puts them
-back, and also reads the full form (as the Spark seed job writes it).
+is the job key, its ``bucket`` when it is the row's bucket). The commonest
+call of all, one message and nothing else, is stored as the JSON array
+``[user_id, payload]`` (``[user_id, payload, kind]`` with a kind): the
+field names and the wrapper were a third of such a row's ``args``. Reading
+puts everything back, and also reads the full form (as sent to the broker).
 """
 
 from __future__ import annotations
@@ -40,6 +43,18 @@ def _restore(message: Any, job_key: str | None, bucket: str | None) -> Any:
     return {**head, **message} if head else message
 
 
+#: The fields of a message in the array form, in their order there.
+MESSAGE_ARRAY = ("user_id", "payload", "kind")
+
+
+def _as_array(message: Any) -> list[Any] | None:
+    """The array form of a stripped message, or None when it does not fit one."""
+    if (not isinstance(message, dict) or not {"user_id", "payload"} <= message.keys()
+            or not message.keys() <= set(MESSAGE_ARRAY)):
+        return None
+    return [message[name] for name in MESSAGE_ARRAY if name in message]
+
+
 def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0, *,
                 job_key: str | None = None, bucket: str | None = None) -> str:
     """The row's ``args`` JSON text; refuses what JSON cannot carry.
@@ -51,7 +66,8 @@ def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0
     call = list(args)
     if call:
         call[0] = _strip(call[0], job_key, bucket)
-    body: dict[str, Any] = {"args": call}
+    single = _as_array(call[0]) if len(call) == 1 and not kwargs and not retries else None
+    body: Any = {"args": call} if single is None else single
     if kwargs:
         body["kwargs"] = dict(kwargs)
     if retries:
@@ -66,6 +82,8 @@ def decode_call(text: str, job_key: str | None = None, bucket: str | None = None
                 ) -> tuple[list[Any], dict[str, Any], int]:
     """(args, kwargs, retries) from a row's ``args`` text (compact or full form)."""
     body = json.loads(text)
+    if isinstance(body, list):
+        return [_restore(dict(zip(MESSAGE_ARRAY, body, strict=False)), job_key, bucket)], {}, 0
     args = list(body.get("args", []))
     if args:
         args[0] = _restore(args[0], job_key, bucket)

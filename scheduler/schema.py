@@ -57,25 +57,36 @@ class UtcDateTime(TypeDecorator[datetime]):
 NOW = text("CURRENT_TIMESTAMP")
 metadata = MetaData()
 
+#: The task names the rows refer to by a small code: at tens of millions of
+#: rows a 22-byte name in every row was a tenth of the table.
+due_tasks = Table(
+    "due_tasks", metadata,
+    Column("code", SmallInteger, primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+)
+
 due_jobs = Table(
     "due_jobs", metadata,
-    Column("job_key", Text, primary_key=True),
-    Column("task", Text, nullable=False),
-    Column("bucket", Text, nullable=False),
-    Column("args", Text, nullable=False),
+    # When the scheduler acts on the row next: for a scheduled row its due
+    # time, for a dispatched one the end of its lease (like a queue's
+    # visibility timeout). One column for both keeps every column NOT NULL,
+    # so PostgreSQL rows carry no null bitmap: 16 bytes less per row.
     Column("due_at", UtcDateTime, nullable=False),
-    Column("state", SmallInteger, nullable=False, server_default=text("0")),
-    Column("lease_until", UtcDateTime, nullable=True),
-    Column("token", BigInteger, nullable=False, server_default=text("0")),
-    Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("created_at", UtcDateTime, nullable=False, server_default=NOW),
     Column("updated_at", UtcDateTime, nullable=False, server_default=NOW),
+    Column("token", Integer, nullable=False, server_default=text("0")),
+    Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
+    Column("state", SmallInteger, nullable=False, server_default=text("0")),
+    Column("task_id", SmallInteger, nullable=False),
+    Column("job_key", Text, primary_key=True),
+    Column("bucket", Text, nullable=False),
+    Column("args", Text, nullable=False),
     # The drain reads the earliest scheduled rows of one bucket: partial, so
     # dispatched rows cost nothing in it.
     Index("ix_due_jobs_scheduled", "bucket", "due_at",
           postgresql_where=text("state = 0"), sqlite_where=text("state = 0")),
     # The lease monitor reads the dispatched rows whose lease ran out.
-    Index("ix_due_jobs_leased", "lease_until",
+    Index("ix_due_jobs_leased", "due_at",
           postgresql_where=text("state = 1"), sqlite_where=text("state = 1")),
 )
 

@@ -1,10 +1,11 @@
 """The due-jobs store: every statement against the due-jobs tables lives here.
 
 A row is one job key: scheduled (waiting for ``due_at``) → dispatched (published,
-with a lease and a new token) → scheduled again when its task reschedules it
-(only if the token still matches), or deleted when it finishes for good. A row
-whose lease runs out goes back to scheduled and is dispatched again with a
-new token, so a stale copy can be recognised by its token.
+with a new token, ``due_at`` now the end of its lease) → scheduled again when
+its task reschedules it (only if the token still matches), or deleted when it
+finishes for good. A row whose lease runs out goes back to scheduled, due at
+once, and is dispatched again with a new token, so a stale copy can be
+recognised by its token. Rows name their task by a code (``due_tasks``).
 
 On PostgreSQL several schedulers claim rows with ``FOR UPDATE SKIP LOCKED``;
 on SQLite every transaction holds the one write lock (``BEGIN IMMEDIATE``).
@@ -17,7 +18,7 @@ import os
 import threading
 import weakref
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -53,6 +54,7 @@ from scheduler.schema import (
     UtcDateTime,
     due_counters,
     due_jobs,
+    due_tasks,
     periodic_entries,
 )
 
@@ -101,15 +103,15 @@ Statement = Select[Any] | Update | Delete
 # the dispatch of this very message (it publishes before it commits), then reads
 # the committed row. The state is tested by the caller, not in WHERE: PostgreSQL
 # would filter on the old row version and never wait.
-PEEK_DISPATCH = select(due_jobs.c.token, due_jobs.c.lease_until, due_jobs.c.state).where(
+PEEK_DISPATCH = select(due_jobs.c.token, due_jobs.c.due_at, due_jobs.c.state).where(
     due_jobs.c.job_key == bindparam("key"))
 LIVE_DISPATCH = PEEK_DISPATCH.with_for_update(read=True)
 # reschedule_job: token-checked dispatched → scheduled (new args only if given).
 RESCHEDULE = update(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED,
-).values(state=SCHEDULED, due_at=bindparam("due", type_=UtcDateTime()), lease_until=None,
-         attempts=0, updated_at=bindparam("now", type_=UtcDateTime()),
+).values(state=SCHEDULED, due_at=bindparam("due", type_=UtcDateTime()), attempts=0,
+         updated_at=bindparam("now", type_=UtcDateTime()),
          args=func.coalesce(bindparam("new_args", type_=Text()), due_jobs.c.args))
 # finish_job: token-checked delete of a one-shot job.
 FINISH = delete(due_jobs).where(
@@ -182,6 +184,7 @@ class BucketStats:
     dispatched: int
     expired: int
     recovered: int
+    dead_lettered: int = 0
 
 
 #: Publishes claimed rows and returns only once the broker confirmed all of them.
@@ -209,6 +212,9 @@ class DueStore:
         self.url = engine.url.render_as_string(hide_password=True)
         self.dialect = engine.dialect.name
         self._raw = RawStatements(engine, self.url) if self.dialect == "postgresql" else None
+        # Task name <-> code; a code never changes once given, so caching is safe.
+        self._codes: dict[str, int] = {}
+        self._names: dict[int, str] = {}
         # A store dropped without close() still returns its pooled connections.
         weakref.finalize(self, engine.dispose)
 
@@ -262,26 +268,52 @@ class DueStore:
         module: Any = postgresql if self.dialect == "postgresql" else sqlite
         return module.insert
 
+    # -- task names --------------------------------------------------------------
+
+    def _task_codes(self, names: Iterable[str]) -> dict[str, int]:
+        """Every known task name's code, with ``names`` registered if new.
+
+        Registration commits on its own, before the rows that use the code:
+        a code in the cache is always one the table holds.
+        """
+        if any(name not in self._codes for name in names):
+            with self._tx("register task names") as conn:
+                self._codes = task_codes(conn, names)
+            self._names = {code: name for name, code in self._codes.items()}
+        return self._codes
+
+    def _task_name(self, conn: Connection, code: int) -> str:
+        """The name of task ``code``, re-read on ``conn`` when another process added it."""
+        if code not in self._names:
+            self._codes = task_codes(conn, ())
+            self._names = {c: name for name, c in self._codes.items()}
+        return self._names[code]
+
     # -- producers -------------------------------------------------------------
 
     def schedule(self, jobs: Sequence[Job], now: datetime) -> None:
         """Upsert ``jobs`` by key (idempotent).
 
-        A new key becomes a scheduled row. An existing key takes the new task,
-        args and due time but keeps its state, lease and token: a dispatched
-        job stays with its one live copy, whose reschedule or finish decides.
+        A new key becomes a scheduled row. An existing scheduled key takes the
+        new task, args and due time. A dispatched one takes the new task and
+        args but keeps its state, token and lease: it stays with its one live
+        copy, whose reschedule (with its own due time) or finish decides.
         """
         if not jobs:
             return
-        rows = [{"job_key": j.job_key, "task": j.task, "bucket": j.bucket, "args": j.args,
-                 "due_at": j.due_at, "created_at": now, "updated_at": now} for j in jobs]
+        codes = self._task_codes({j.task for j in jobs})
+        rows = [{"job_key": j.job_key, "task_id": codes[j.task], "bucket": j.bucket,
+                 "args": j.args, "due_at": j.due_at, "created_at": now, "updated_at": now}
+                for j in jobs]
         stmt: Insert = self._insert()(due_jobs)
+        new = stmt.excluded  # type: ignore[attr-defined]
         # upsert_job: insert, or refresh what/when of an existing key.
         stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
             index_elements=[due_jobs.c.job_key],
-            set_={"task": stmt.excluded.task, "bucket": stmt.excluded.bucket,  # type: ignore[attr-defined]
-                  "args": stmt.excluded.args, "due_at": stmt.excluded.due_at,  # type: ignore[attr-defined]
-                  "updated_at": stmt.excluded.updated_at})  # type: ignore[attr-defined]
+            set_={"task_id": new.task_id, "bucket": new.bucket, "args": new.args,
+                  "due_at": case((due_jobs.c.state == SCHEDULED, new.due_at),
+                                 else_=due_jobs.c.due_at),
+                  "updated_at": new.updated_at})
         with self._tx("schedule jobs") as conn:
             conn.execute(stmt, rows)
 
@@ -289,7 +321,7 @@ class DueStore:
 
     def live_dispatch(self, job_key: str, *, wait: bool = True
                       ) -> tuple[int, datetime | None] | None:
-        """(token, lease_until) of the dispatched row ``job_key``; None if not dispatched.
+        """(token, lease end) of the dispatched row ``job_key``; None if not dispatched.
 
         With ``wait`` the read waits for a dispatch of the row still being
         committed; without, it is a plain read of the last committed state
@@ -336,22 +368,23 @@ class DueStore:
             conditions.append(due_jobs.c.due_at <= now)
         # claim_rows: earliest scheduled rows of one bucket, skipping rows that
         # another scheduler holds.
-        claim = (select(due_jobs.c.job_key, due_jobs.c.task, due_jobs.c.args,
+        claim = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.args,
                         due_jobs.c.due_at, due_jobs.c.token)
                  .where(and_(*conditions)).order_by(due_jobs.c.due_at).limit(limit)
                  .with_for_update(skip_locked=True))
         with self._tx(f"dispatch bucket {bucket}") as conn:
-            claimed = [Claimed(job_key=r.job_key, task=r.task, bucket=bucket, args=r.args,
-                               due_at=r.due_at, token=r.token + 1, lease_until=lease_until)
+            claimed = [Claimed(job_key=r.job_key, task=self._task_name(conn, r.task_id),
+                               bucket=bucket, args=r.args, due_at=r.due_at, token=r.token + 1,
+                               lease_until=lease_until)
                        for r in conn.execute(claim)]
             if not claimed:
                 return 0
             publish(claimed)
-            # mark_dispatched: new token, lease, one more attempt.
+            # mark_dispatched: new token, due again when the lease ends, one more attempt.
             conn.execute(update(due_jobs)
                          .where(self._key_in([c.job_key for c in claimed]))
                          .values(state=DISPATCHED, token=due_jobs.c.token + 1,
-                                 lease_until=lease_until, attempts=due_jobs.c.attempts + 1,
+                                 due_at=lease_until, attempts=due_jobs.c.attempts + 1,
                                  updated_at=now))
         return len(claimed)
 
@@ -367,17 +400,17 @@ class DueStore:
         between leaves a duplicate, never a loss.
         """
         # poison_leases: expired dispatched rows out of attempts, not held elsewhere.
-        poison = (select(due_jobs.c.job_key, due_jobs.c.task, due_jobs.c.bucket,
+        poison = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.bucket,
                          due_jobs.c.args, due_jobs.c.due_at, due_jobs.c.token,
-                         due_jobs.c.lease_until, due_jobs.c.attempts)
-                  .where(due_jobs.c.state == DISPATCHED, due_jobs.c.lease_until < now,
+                         due_jobs.c.attempts)
+                  .where(due_jobs.c.state == DISPATCHED, due_jobs.c.due_at < now,
                          due_jobs.c.attempts >= max_attempts)
-                  .order_by(due_jobs.c.lease_until).limit(limit)
+                  .order_by(due_jobs.c.due_at).limit(limit)
                   .with_for_update(skip_locked=True))
         with self._tx("dead-letter poison jobs") as conn:
-            rows = [Claimed(job_key=r.job_key, task=r.task, bucket=r.bucket, args=r.args,
-                            due_at=r.due_at, token=r.token, lease_until=r.lease_until,
-                            attempts=r.attempts)
+            rows = [Claimed(job_key=r.job_key, task=self._task_name(conn, r.task_id),
+                            bucket=r.bucket, args=r.args, due_at=r.due_at, token=r.token,
+                            lease_until=r.due_at, attempts=r.attempts)
                     for r in conn.execute(poison)]
             if not rows:
                 return {}
@@ -394,24 +427,24 @@ class DueStore:
                         max_attempts: int | None = None) -> dict[str, int]:
         """Put up to ``limit`` dispatched rows whose lease ran out back to scheduled.
 
-        They keep their due time (so they are dispatched first) and their token
-        (the next dispatch gives them a new one). Rows with ``max_attempts`` or
+        They are due at once (their ``due_at``, the lease's end, has passed)
+        and keep their token (the next dispatch gives them a new one). Rows with ``max_attempts`` or
         more dispatches are left to :meth:`dead_letter_expired`. Returns the
         count per bucket.
         """
-        conditions = [due_jobs.c.state == DISPATCHED, due_jobs.c.lease_until < now]
+        conditions = [due_jobs.c.state == DISPATCHED, due_jobs.c.due_at < now]
         if max_attempts is not None:
             conditions.append(due_jobs.c.attempts < max_attempts)
         # expired_leases: dispatched rows past their lease, not held by another scheduler.
         expired = (select(due_jobs.c.job_key)
                    .where(*conditions)
-                   .order_by(due_jobs.c.lease_until).limit(limit)
+                   .order_by(due_jobs.c.due_at).limit(limit)
                    .with_for_update(skip_locked=True))
         # recover_leases: back to scheduled.
         recover = (update(due_jobs)
                    .where(due_jobs.c.job_key.in_(expired.scalar_subquery()),
                           due_jobs.c.state == DISPATCHED)
-                   .values(state=SCHEDULED, lease_until=None, updated_at=now)
+                   .values(state=SCHEDULED, updated_at=now)
                    .returning(due_jobs.c.bucket))
         with self._tx("recover expired leases") as conn:
             counts = Counter(conn.execute(recover).scalars())
@@ -464,12 +497,14 @@ class DueStore:
                .with_for_update(skip_locked=True))
         with self._tx("fire periodic entries") as conn:
             fired = list(conn.execute(due))
+            # Registered in this transaction: codes it adds are not cached.
+            codes = task_codes(conn, {entry.task for entry in fired})
             for entry in fired:
                 key = f"periodic:{entry.name}:{entry.next_run_at.isoformat()}"
                 # fire_periodic: the period's job (idempotent), then the next run.
                 conn.execute(self._insert()(due_jobs).on_conflict_do_nothing(
                     index_elements=[due_jobs.c.job_key]),
-                    {"job_key": key, "task": entry.task, "bucket": entry.bucket,
+                    {"job_key": key, "task_id": codes[entry.task], "bucket": entry.bucket,
                      "args": entry.args, "due_at": entry.next_run_at, "created_at": now,
                      "updated_at": now})
                 conn.execute(update(table).where(table.c.name == entry.name).values(
@@ -492,18 +527,35 @@ class DueStore:
             due_jobs.c.bucket, count(state == SCHEDULED), count(is_due),
             type_coerce(func.min(case((is_due, due_at), else_=None)), UtcDateTime()),
             count(state == DISPATCHED),
-            count(and_(state == DISPATCHED, due_jobs.c.lease_until < now)),
+            count(and_(state == DISPATCHED, due_at < now)),
         ).group_by(due_jobs.c.bucket)
-        totals = select(due_counters.c.bucket, due_counters.c.value).where(
-            due_counters.c.name == RECOVERED)
+        totals = select(due_counters.c.bucket, due_counters.c.name, due_counters.c.value)
         with self._tx("read statistics") as conn:
-            recovered = {b: int(v) for b, v in conn.execute(totals)}
+            counters: dict[tuple[str, str], int] = {
+                (b, name): int(v) for b, name, v in conn.execute(totals)}
             found = {r[0]: BucketStats(r[0], int(r[1]), int(r[2]), r[3], int(r[4]), int(r[5]),
-                                       recovered.get(r[0], 0))
+                                       counters.get((r[0], RECOVERED), 0),
+                                       counters.get((r[0], DEAD_LETTERED), 0))
                      for r in conn.execute(rows)}
-        for bucket, n in recovered.items():
-            found.setdefault(bucket, BucketStats(bucket, 0, 0, None, 0, 0, n))
+        for bucket, _ in counters:
+            found.setdefault(bucket, BucketStats(
+                bucket, 0, 0, None, 0, 0, counters.get((bucket, RECOVERED), 0),
+                counters.get((bucket, DEAD_LETTERED), 0)))
         return found
+
+
+def task_codes(conn: Connection, names: Iterable[str]) -> dict[str, int]:
+    """Every registered task name's code, after registering ``names`` that are new."""
+    known = {str(n): int(c) for c, n in conn.execute(select(due_tasks.c.code, due_tasks.c.name))}
+    new = sorted(set(names) - known.keys())
+    if new:
+        module: Any = postgresql if conn.dialect.name == "postgresql" else sqlite
+        # register_tasks: new names get the next codes (a racing process's win is kept).
+        conn.execute(module.insert(due_tasks).on_conflict_do_nothing(
+            index_elements=[due_tasks.c.name]), [{"name": n} for n in new])
+        known = {str(n): int(c) for c, n in conn.execute(
+            select(due_tasks.c.code, due_tasks.c.name))}
+    return known
 
 
 _stores: dict[tuple[int, str], DueStore] = {}

@@ -6,10 +6,11 @@ seed job builds them inside Spark, so Python only joins and streams them.
 PostgreSQL: each chunk of lines is streamed with ``COPY`` into a temporary
 staging table (no WAL, no index), then merged into ``due_jobs`` with
 ``INSERT ... SELECT ... ON CONFLICT (job_key) DO NOTHING``, one transaction
-per chunk. SQLite: the same idempotent insert by ``executemany``, for small
-seeds. Either way a row whose job key is already there is left alone and
-counted as already present, so running a seed again, or Spark retrying a lost
-task, never duplicates a job (nor resets one the scheduler has moved on).
+per chunk (task names become their ``due_tasks`` codes on the way). SQLite:
+the same idempotent insert by ``executemany``, for small seeds. Either way a
+row whose job key is already there is left alone and counted as already
+present, so running a seed again, or Spark retrying a lost task, never
+duplicates a job (nor resets one the scheduler has moved on).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from config.errors import StoreError, StoreUnavailable
 from scheduler.engine import is_sqlite, make_engine
 from scheduler.schema import due_jobs
+from scheduler.store import task_codes
 
 #: job_key, task, bucket, args (JSON text), due_at (ISO-8601 text with its offset).
 DueRow = tuple[str, str, str, str, str]
@@ -45,11 +47,19 @@ CREATE TEMPORARY TABLE IF NOT EXISTS recur_seed_stage (
 ) ON COMMIT DELETE ROWS
 """
 COPY_STAGE = "COPY recur_seed_stage (job_key, task, bucket, args, due_at) FROM STDIN"
+# Task names the chunk brings that have no code yet get one.
+REGISTER_TASKS = """
+INSERT INTO due_tasks (name)
+SELECT DISTINCT s.task FROM recur_seed_stage s
+WHERE NOT EXISTS (SELECT 1 FROM due_tasks t WHERE t.name = s.task)
+ON CONFLICT (name) DO NOTHING
+"""
 # The idempotent merge. Key order makes two loaders that share keys lock them
 # in the same order (no deadlock) and walks the primary key index in order.
 MERGE_STAGE = """
-INSERT INTO due_jobs (job_key, task, bucket, args, due_at)
-SELECT job_key, task, bucket, args, due_at FROM recur_seed_stage ORDER BY job_key
+INSERT INTO due_jobs (job_key, task_id, bucket, args, due_at)
+SELECT s.job_key, t.code, s.bucket, s.args, s.due_at
+FROM recur_seed_stage s JOIN due_tasks t ON t.name = s.task ORDER BY s.job_key
 ON CONFLICT (job_key) DO NOTHING
 """
 
@@ -147,6 +157,7 @@ class PostgresBulk(_Closing):
             with self.conn.transaction(), self.conn.cursor() as cur:
                 with cur.copy(COPY_STAGE) as copy:
                     copy.write("".join(lines))
+                cur.execute(REGISTER_TASKS)
                 cur.execute(MERGE_STAGE)
                 return BulkResult(len(lines), cur.rowcount)
         except psycopg.OperationalError as exc:
@@ -169,12 +180,13 @@ class SqliteBulk(_Closing):
     def load(self, lines: Sequence[str]) -> BulkResult:
         if not lines:
             return BulkResult()
-        params = []
-        for line in lines:
-            row = dict(zip(DUE_FIELDS, parse_copy_line(line), strict=True))
-            params.append({**row, "due_at": datetime.fromisoformat(row["due_at"])})
+        rows = [dict(zip(DUE_FIELDS, parse_copy_line(line), strict=True)) for line in lines]
         try:
             with self.engine.begin() as conn:
+                codes = task_codes(conn, {row["task"] for row in rows})
+                params = [{"job_key": row["job_key"], "task_id": codes[row["task"]],
+                           "bucket": row["bucket"], "args": row["args"],
+                           "due_at": datetime.fromisoformat(row["due_at"])} for row in rows]
                 return BulkResult(len(lines), conn.execute(self.statement, params).rowcount)
         except OperationalError as exc:
             raise StoreUnavailable(f"due-jobs database {self.engine.url!r}: {exc}") from exc

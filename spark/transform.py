@@ -152,20 +152,28 @@ def rejects(checked: DataFrame) -> DataFrame:
 
 
 def message_json(full: bool = False) -> Column:
-    """The task arguments ``{"args":[<message>]}`` of a checked row, as JSON.
+    """The task arguments of a checked row's message, as JSON.
 
-    By default in the store's compact form: the message leaves out what the
-    row's own columns hold (its ``id``, the job key, and its ``bucket``; a
-    ``kind`` is kept), as ``scheduler.callargs.encode_call`` writes it and
-    ``decode_call`` puts back; at tens of millions of rows those bytes are most
-    of a row. ``full`` gives the whole message (for publishing it).
+    By default in the store's compact form, as ``scheduler.callargs.encode_call``
+    writes it and ``decode_call`` puts back: the array ``[user_id, payload]``
+    (``[user_id, payload, kind]`` with a kind), since the row's own columns
+    hold the message's id (the job key) and bucket; at tens of millions of
+    rows those bytes are most of a row. ``full`` gives ``{"args":[<message>]}``
+    with the whole message (for publishing it).
     """
+    payload = F.col("payload_text")
+    if not full:
+        # to_json escapes the strings: ["u"] and ["k"], brackets cut off here.
+        user, kind = (F.to_json(F.array(F.col(name))) for name in ("user_id", "kind"))
+        kind_item = F.when(F.col("kind").isNotNull(), F.concat(
+            F.lit(","), F.substr(kind, F.lit(2), F.length(kind) - 2))).otherwise(F.lit(""))
+        return F.concat(F.left(user, F.length(user) - 1), F.lit(","), payload, kind_item,
+                        F.lit("]"))
     # The string fields through to_json (which escapes them and drops the absent
     # bucket or kind), then the already encoded payload spliced in before the "}".
-    fields = ["id", "user_id", "bucket", "kind"] if full else ["user_id", "kind"]
-    head = F.to_json(F.struct(*[F.col(name) for name in fields]))
+    head = F.to_json(F.struct(*[F.col(name) for name in ("id", "user_id", "bucket", "kind")]))
     return F.concat(F.lit('{"args":['), F.left(head, F.length(head) - 1),
-                    F.lit(',"payload":'), F.col("payload_text"), F.lit("}]}"))
+                    F.lit(',"payload":'), payload, F.lit("}]}"))
 
 
 def first_due(start: datetime, spread_seconds: float) -> Column:

@@ -133,6 +133,7 @@ def test_a_job_out_of_attempts_is_dead_lettered_then_deleted(store: DueStore) ->
     assert dead.args == '{"args":[],"kwargs":{}}'
     assert store.stats(now) == {"short": store.stats(now)["short"]}
     assert store.stats(now)["short"].dispatched == 0
+    assert store.stats(now)["short"].dead_lettered == 1  # shown by recur status
     assert store.live_dispatch("poison") is None
 
 

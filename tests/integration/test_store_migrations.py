@@ -39,6 +39,13 @@ def columns(engine: Engine) -> list[str]:
             "AND table_schema = current_schema() ORDER BY ordinal_position")).scalars())
 
 
+def indexes(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        return set(conn.execute(text(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'due_jobs' "
+            "AND schemaname = current_schema()")).scalars())
+
+
 def test_0003_reorders_columns_and_keeps_the_rows(scratch_pg: str) -> None:
     engine = make_engine(scratch_pg)
     assert upgrade(engine, "0002") == "0002"
@@ -47,28 +54,60 @@ def test_0003_reorders_columns_and_keeps_the_rows(scratch_pg: str) -> None:
         conn.execute(text("INSERT INTO due_jobs (job_key, task, bucket, args, due_at, token) "
                           "VALUES ('k', 'tasks.process_message', 'short', "
                           "'{\"args\":[1],\"kwargs\":{}}', :due, 4)"), {"due": due})
-    assert upgrade(engine) == head_revision()
-    with engine.connect() as conn:
-        indexes = set(conn.execute(text(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'due_jobs' "
-            "AND schemaname = current_schema()")).scalars())
+    assert upgrade(engine, "0003") == "0003"
     assert columns(engine)[:5] == ["due_at", "lease_until", "token", "created_at", "updated_at"]
-    assert indexes == {"due_jobs_pkey", "ix_due_jobs_scheduled", "ix_due_jobs_leased"}
+    assert indexes(engine) == {"due_jobs_pkey", "ix_due_jobs_scheduled", "ix_due_jobs_leased"}
+    engine.dispose()
+
+
+def test_0004_codes_tasks_and_keeps_leases_as_due_times(scratch_pg: str) -> None:
+    engine = make_engine(scratch_pg)
+    assert upgrade(engine, "0003") == "0003"
+    due, lease = datetime(2030, 1, 1, tzinfo=UTC), datetime(2030, 1, 2, tzinfo=UTC)
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO due_jobs (job_key, task, bucket, args, due_at, token, state, "
+            "lease_until) VALUES ('k', 'tasks.process_message', 'short', '{\"args\":[1]}', "
+            ":due, 4, 0, NULL), ('d', 'tests.other', 'long', '{\"args\":[2]}', :due, 7, 1, "
+            ":lease)"), {"due": due, "lease": lease})
+    assert upgrade(engine) == head_revision()
+    assert columns(engine) == ["due_at", "created_at", "updated_at", "token", "attempts",
+                               "state", "task_id", "job_key", "bucket", "args"]
+    assert indexes(engine) == {"due_jobs_pkey", "ix_due_jobs_scheduled", "ix_due_jobs_leased"}
+    with engine.connect() as conn:
+        rows = conn.execute(text(
+            "SELECT j.job_key, t.name, j.due_at, j.state, j.token FROM due_jobs j "
+            "JOIN due_tasks t ON t.code = j.task_id ORDER BY j.job_key")).all()
+    assert [tuple(r) for r in rows] == [("d", "tests.other", lease, 1, 7),
+                                        ("k", "tasks.process_message", due, 0, 4)]
     engine.dispose()
     store = DueStore.open(scratch_pg)
     got: list[Claimed] = []
     store.dispatch("short", 10, due, due + timedelta(minutes=1), got.extend)
-    assert [(c.job_key, c.token, c.args) for c in got] == [("k", 5, '{"args":[1],"kwargs":{}}')]
+    assert [(c.job_key, c.task, c.token, c.args) for c in got] == [
+        ("k", "tasks.process_message", 5, '{"args":[1]}')]
+    # The migrated lease still ends when it did: not before, and then it is recovered.
+    assert store.recover_expired(due + timedelta(minutes=2), 10) == {"short": 1}
+    assert store.recover_expired(lease + timedelta(seconds=1), 10) == {"long": 1}
     store.close()
 
 
-def test_0003_downgrades_to_the_first_layout(scratch_pg: str) -> None:
+def test_migrations_downgrade_to_the_first_layout(scratch_pg: str) -> None:
     engine = make_engine(scratch_pg)
     upgrade(engine)
+    lease = datetime(2030, 1, 2, tzinfo=UTC)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO due_tasks (name) VALUES ('tests.other')"))
+        conn.execute(text(
+            "INSERT INTO due_jobs (job_key, task_id, bucket, args, due_at, state) SELECT 'd', "
+            "code, 'long', '[]', :lease, 1 FROM due_tasks"), {"lease": lease})
     cfg = alembic_config()
     with engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.downgrade(cfg, "0002")
     assert columns(engine)[:4] == ["job_key", "task", "bucket", "args"]
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT task, state, lease_until FROM due_jobs")).one()
+    assert tuple(row) == ("tests.other", 1, lease)
     assert upgrade(engine) == head_revision()
     engine.dispose()

@@ -42,16 +42,22 @@ def test_call_arguments_round_trip_and_refuse_non_json() -> None:
 def test_stored_args_leave_out_what_the_row_holds() -> None:
     msg = {"id": "k1", "user_id": "u", "bucket": "short", "payload": {"every": 60}}
     text = encode_call([msg], {}, job_key="k1", bucket="short")
-    assert text == '{"args":[{"user_id":"u","payload":{"every":60}}]}'
+    assert text == '["u",{"every":60}]'  # one message: the array form
     assert decode_call(text, "k1", "short") == ([msg], {}, 0)
-    # Another key or bucket, or a kind, is kept as it is.
-    assert decode_call(encode_call([msg], {}, job_key="other", bucket="long"), "other",
-                       "long") == ([msg], {}, 0)
+    # Another key or bucket is kept as it is, in the object form.
+    other = encode_call([msg], {}, job_key="other", bucket="long")
+    assert other.startswith('{"args":[{"id":"k1",')
+    assert decode_call(other, "other", "long") == ([msg], {}, 0)
     kinded = {"id": "k1", "user_id": "u", "kind": "report", "payload": None}
-    assert '"kind":"report"' in encode_call([kinded], {}, job_key="k1", bucket="long")
+    assert encode_call([kinded], {}, job_key="k1", bucket="long") == '["u",null,"report"]'
     assert decode_call(encode_call([kinded], {}, job_key="k1", bucket="long"), "k1",
                        "long") == ([kinded], {}, 0)
-    # The full form (the Spark seed job's) reads the same.
+    # Anything more than the one message keeps the object form.
+    assert encode_call([msg], {}, 1, job_key="k1", bucket="short") == \
+        '{"args":[{"user_id":"u","payload":{"every":60}}],"retries":1}'
+    assert decode_call(encode_call([msg, 2], {}, job_key="k1", bucket="short"), "k1",
+                       "short") == ([msg, 2], {}, 0)
+    # The full form (as published) reads the same.
     full = '{"args":[{"id":"k1","user_id":"u","bucket":"short","payload":{"every":60}}],' \
            '"kwargs":{}}'
     assert decode_call(full, "k1", "short") == ([msg], {}, 0)

@@ -109,10 +109,10 @@ def test_due_jobs_rows(spark_session: SparkSession) -> None:
             msg(id="c", user_id="w", bucket="nope", payload=1)]
     expected = spark_session.createDataFrame([
         ("a", TASK, "short",
-         '{"args":[{"user_id":"u","payload":{"k":1}}]}',
+         '["u",{"k":1}]',
          NAIVE_START),
         ("b", TASK, "long",
-         '{"args":[{"user_id":"v","kind":"report","payload":null}]}',
+         '["v",null,"report"]',
          datetime(2026, 2, 1, 10, 0)),
     ], "job_key string, task string, bucket string, args string, due_at timestamp")
     assertDataFrameEqual(due_jobs(checked(spark_session, docs), START, 0), expected)

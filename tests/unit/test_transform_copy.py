@@ -30,8 +30,7 @@ def test_spark_copy_line_is_store_bulk_copy_line(spark_session: SparkSession) ->
     got = sorted(r.line for r in frame.select(spark_copy_line(START, 0).alias("line")).collect())
     expected = sorted(copy_line((
         ident, TASK, "short",
-        json.dumps({"args": [{"user_id": "u", "payload": json.loads(doc)["payload"]}]},
-                   separators=(",", ":"), ensure_ascii=False),
+        json.dumps(["u", json.loads(doc)["payload"]], separators=(",", ":"), ensure_ascii=False),
         "2026-01-01T00:00:00.000Z")) for ident, doc in zip(tricky, docs, strict=True))
     assert got == expected
     assert sorted(parse_copy_line(line)[0] for line in got) == sorted(tricky)
