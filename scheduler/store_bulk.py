@@ -15,7 +15,8 @@ duplicates a job (nor resets one the scheduler has moved on).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -40,6 +41,12 @@ APPLICATION_NAME = "recur-seed"
 COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 _UNESCAPE = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
 
+# The loader's session: room to sort a chunk and hold the staging table in
+# memory (the defaults, 4 MB and 8 MB, spill a 100,000-row chunk to disk), and
+# commits that do not wait for the WAL flush: ``make_durable`` waits once for
+# all of them before the loader reports its counts.
+SESSION = ("SET work_mem = '64MB'", "SET temp_buffers = '64MB'",
+           "SET synchronous_commit = off")
 # Session-private staging table; every commit empties it.
 CREATE_STAGE = """
 CREATE TEMPORARY TABLE IF NOT EXISTS recur_seed_stage (
@@ -145,28 +152,59 @@ class PostgresBulk(_Closing):
         try:
             self.conn = psycopg.connect(libpq_url(url), autocommit=True,
                                         application_name=APPLICATION_NAME)
-            self.conn.execute(CREATE_STAGE)
+            for statement in (*SESSION, CREATE_STAGE):
+                self.conn.execute(statement)
         except psycopg.Error as exc:
             raise StoreUnavailable(f"due-jobs database {make_url(url)!r}: {exc}") from exc
 
     def load(self, lines: Sequence[str]) -> BulkResult:
         """COPY ``lines`` and merge them, in one transaction."""
-        if not lines:
+        return self.load_copy("".join(lines).encode(), len(lines))
+
+    def load_copy(self, data: bytes | memoryview, rows: int) -> BulkResult:
+        """COPY ``rows`` lines already joined as COPY text (``data``) and merge them."""
+        if not rows:
             return BulkResult()
+        with self._errors(), self.conn.transaction(), self.conn.cursor() as cur:
+            with cur.copy(COPY_STAGE) as copy:
+                copy.write(data)
+            cur.execute(REGISTER_TASKS)
+            cur.execute(MERGE_STAGE)
+            return BulkResult(rows, cur.rowcount)
+
+    def make_durable(self) -> None:
+        """Wait until every chunk this loader committed is on disk.
+
+        A commit with ``synchronous_commit`` on flushes the WAL up to its own
+        record, so it covers every earlier commit of the session.
+        """
+        with self._errors():
+            self.conn.execute("SET synchronous_commit = on")
+            with self.conn.transaction():
+                self.conn.execute("SELECT txid_current()")
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
         try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
-                with cur.copy(COPY_STAGE) as copy:
-                    copy.write("".join(lines))
-                cur.execute(REGISTER_TASKS)
-                cur.execute(MERGE_STAGE)
-                return BulkResult(len(lines), cur.rowcount)
+            yield
         except psycopg.OperationalError as exc:
             raise StoreUnavailable(f"due-jobs database {make_url(self.url)!r}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"bulk load into {make_url(self.url)!r} failed: {exc}") from exc
 
     def close(self) -> None:
-        self.conn.close()
+        """Make what was loaded durable, then disconnect."""
+        try:
+            self.make_durable()
+        finally:
+            self.conn.close()
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if t is None:
+            self.close()
+        else:  # failing anyway: the counts will not be reported
+            self.conn.close()
 
 
 class SqliteBulk(_Closing):

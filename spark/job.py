@@ -23,7 +23,7 @@ from scheduler.migrate import check_schema
 from scheduler.store_bulk import BulkSink, open_bulk
 from spark.extract import read_input
 from spark.generate import generate
-from spark.load import copy_line, partition_loader, rejects_of, run_loader, sink_frame
+from spark.load import partition_loader, rejects_of, run_loader, sink_frame, store_frame
 from spark.options import SeedOptions, parse_options
 from spark.progress import Progress
 from spark.session import seed_session
@@ -109,11 +109,10 @@ def load_plan(opts: SeedOptions, checked: DataFrame) -> tuple[DataFrame, Callabl
         return (sink_frame(checked, message_json(full=True)), broker_sink(opts.broker_url),
                 opts.batch, opts.max_connections)
     check_store(opts.database_url)
-    line = copy_line(opts.start or datetime.now(UTC), opts.spread)
+    frame = store_frame(checked, opts.start or datetime.now(UTC), opts.spread)
     if is_sqlite(opts.database_url):  # one writer: more connections would only queue
-        return sink_frame(checked, line), store_sink(opts.database_url), SQLITE_CHUNK, 1
-    return (sink_frame(checked, line), store_sink(opts.database_url), STORE_CHUNK,
-            opts.max_connections)
+        return frame, store_sink(opts.database_url), SQLITE_CHUNK, 1
+    return frame, store_sink(opts.database_url), STORE_CHUNK, opts.max_connections
 
 
 def write_rejects(spark: SparkSession, output: DataFrame, path: str) -> int:

@@ -6,13 +6,14 @@ import json
 from collections import Counter
 from datetime import UTC, datetime
 
+import pyarrow as pa
 from pyspark.sql import SparkSession
 
 from config.settings import load_settings
 from routing.messages import validate_message
 from scheduler.store_bulk import copy_line, parse_copy_line
 from spark.generate import MIX, generate
-from spark.load import copy_line as spark_copy_line
+from spark.load import copy_block, store_frame
 from spark.parse import parse_json_lines
 from spark.transform import TASK, Rules, check
 
@@ -27,7 +28,7 @@ def test_spark_copy_line_is_store_bulk_copy_line(spark_session: SparkSession) ->
             for ident in tricky]
     frame = check(parse_json_lines(spark_session.createDataFrame([(d,) for d in docs],
                                                                  "value string")), RULES)
-    got = sorted(r.line for r in frame.select(spark_copy_line(START, 0).alias("line")).collect())
+    got = sorted(r.line for r in store_frame(frame, START, 0).collect())
     expected = sorted(copy_line((
         ident, TASK, "short",
         json.dumps(["u", json.loads(doc)["payload"]], separators=(",", ":"), ensure_ascii=False),
@@ -59,3 +60,12 @@ def test_generated_population_is_valid_deterministic_and_mixed(
                       json.loads(sample.payload),
                       **({"kind": sample.kind} if sample.kind else {"bucket": sample.bucket})},
                      CFG)
+
+
+def test_copy_block_is_the_text_of_the_rows_an_array_spans() -> None:
+    lines = pa.array(["a\tb\n", None, "c\\\\n\n", "d\n"]).drop_null()
+    assert bytes(copy_block(lines)) == b"a\tb\nc\\\\n\nd\n"
+    joined = pa.concat_arrays([lines.slice(1), lines])
+    assert bytes(copy_block(joined.slice(1, 2))) == b"d\na\tb\n"  # sliced: its rows only
+    wide = pa.array(["x\n", "yy\n"], pa.large_string())
+    assert bytes(copy_block(wide.slice(1))) == b"yy\n"
