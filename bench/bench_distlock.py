@@ -6,21 +6,30 @@
    numbering done at publish time added).
 2. Contention: one hot user with ``--hot`` queued jobs among ``--others``
    other users' jobs (one each), on 4 worker processes (2 workers x
-   concurrency 2). recur's lock with the default chain (parked jobs run by
-   the releasing process, then through the broker) and with
-   RECUR_LOCK_CHAIN_SECONDS=0 (every handover through the broker), against
-   plain retry-on-busy (redis-py ``Lock``, ``self.retry(countdown=0)`` while
-   the user is busy). Two references for the other users' throughput: the
-   same 1,500 jobs with the hot user's jobs spread over distinct users (the
-   same load without the contention) and the other users' jobs alone.
+   concurrency 2). Every job is on the broker before any worker consumes (the
+   workers start paused; the broker must show no consumer before publishing
+   and every message queued before they go), so the makespans measure the
+   workers and the lock, not the publisher. recur's lock with the default
+   chain (parked jobs run by the releasing process, then through the broker)
+   and with RECUR_LOCK_CHAIN_SECONDS=0 (every handover through the broker),
+   against plain retry-on-busy (redis-py ``Lock``, ``self.retry(countdown=0)``
+   while the user is busy). Two references for the other users: the same
+   1,500 jobs with the hot user's jobs spread over distinct users (the same
+   load without the contention) and the other users' jobs alone.
    Reports busy re-enqueues per executed job, order inversions, the hot
-   user's makespan against its serial lower bound (the sum of its job
-   durations) and the others' throughput.
+   user's makespan (its first start to its last finish) against its serial
+   lower bound (the sum of its job durations), and for the other users their
+   makespan, jobs per second and how long their jobs waited in a worker
+   between delivery and start (a job stuck behind a chain would show here).
+   Every mode runs ``--repeats`` times, interleaved; figures are medians, with
+   each repeat's value of the main ones under ``per_repeat``. "The other
+   users are unaffected" means: their median makespan is no longer than the
+   slowest repeat of the same-load reference (``others_unaffected``).
 
 Runs in its own RabbitMQ vhost and Redis key prefix, removed afterwards.
 
     python -m bench.bench_distlock [--pairs 3000] [--hot 500] [--others 1000] [--ms 10]
-                                   [--parts overhead,contention]
+                                   [--parts overhead,contention] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -138,7 +147,7 @@ class Workers:
     until the jobs are all queued so every mode starts from the same backlog."""
 
     def __init__(self, log_dir: Path, extra_env: dict[str, str]) -> None:
-        from tasks.processes import spawn, wait_for_worker
+        from tasks.processes import spawn, wait_for, wait_for_worker
 
         self.app = _app()
         self.children, self.nodes = [], []
@@ -153,14 +162,37 @@ class Workers:
             self.nodes.append(node)
         for child, node in zip(self.children, self.nodes, strict=True):
             wait_for_worker(self.app, child, node)
-        self.app.control.cancel_consumer("short", destination=self.nodes, reply=True)
+        self._everyone("cancel_consumer")
+        # A worker answers at once and cancels in its event loop a moment later: wait
+        # until the broker sees no consumer, or a worker could start on half a backlog.
+        wait_for(lambda: queue_counts()[1] == 0, 60, "the workers to stop consuming")
 
     def go(self) -> None:
-        self.app.control.add_consumer("short", destination=self.nodes, reply=True)
+        self._everyone("add_consumer")
+
+    def _everyone(self, command: str) -> None:
+        """Send a consumer control command and wait until every worker has answered:
+        a pause taking effect late would let a worker start on a half-queued backlog."""
+        waiting = list(self.nodes)
+        deadline = time.monotonic() + 60
+        while waiting:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{command}: no answer from {waiting}")
+            replies = getattr(self.app.control, command)("short", destination=waiting,
+                                                         reply=True, timeout=5)
+            answered = {node for reply in replies or [] for node in reply}
+            waiting = [node for node in waiting if node not in answered]
 
     def stop(self) -> None:
         for child in self.children:
             child.stop()
+
+
+def queue_counts() -> tuple[int, int]:
+    """(messages ready, consumers) of the short queue, as the broker sees them."""
+    with _app().connection_for_write() as conn:
+        _, messages, consumers = conn.default_channel.queue_declare("short", passive=True)
+    return int(messages), int(consumers)
 
 
 def _app() -> Any:
@@ -209,7 +241,7 @@ MODES: dict[str, tuple[str, bool, dict[str, str]]] = {
 }
 
 
-def contention_run(mode: str, hot: int, others: int, ms: float, log_dir: Path) -> dict[str, Any]:
+def contention_run(mode: str, hot: int, others: int, ms: float, run_dir: Path) -> dict[str, Any]:
     from bench import distlock_tasks
     from tasks.distlock.runtime import runtime
     from tasks.processes import wait_for
@@ -217,26 +249,57 @@ def contention_run(mode: str, hot: int, others: int, ms: float, log_dir: Path) -
 
     client = get_redis()
     for key in (distlock_tasks.runs_key(), distlock_tasks.retries_key(),
-                distlock_tasks.arrivals_key()):
+                distlock_tasks.arrivals_key(), distlock_tasks.received_key()):
         client.delete(key)
     stats_before = runtime().store.stats()
     task_name, spread, env = MODES[mode]
     task = getattr(distlock_tasks, task_name)
-    workers = Workers(log_dir / mode, env)
+    workers = Workers(run_dir, env)
     try:
+        t0 = time.time()
         submitted = queue_jobs(task, hot, others, ms, spread)
+        queued_s = time.time() - t0
         total = hot + others
+        # Publisher confirms: every message is on the queue before the workers go.
+        queued_messages = queue_counts()[0]
+        go_at = time.time()
         workers.go()
         wait_for(lambda: client.llen(distlock_tasks.runs_key()) >= total, 600,
                  f"{mode}: {total} jobs to run", interval=0.2)
     finally:
         workers.stop()
     runs = [json.loads(r) for r in client.lrange(distlock_tasks.runs_key(), 0, -1)]
-    arrivals = {str(k): float(v) for k, v in
-                client.hgetall(distlock_tasks.arrivals_key()).items()}
+    arrivals, received = ({str(k): float(v) for k, v in client.hgetall(key).items()}
+                          for key in (distlock_tasks.arrivals_key(),
+                                      distlock_tasks.received_key()))
     stats = {k: v - stats_before.get(k, 0) for k, v in runtime().store.stats().items()}
-    return summarize(mode, runs, submitted, stats,
-                     int(client.get(distlock_tasks.retries_key()) or 0), arrivals)
+    # The raw runs beside the worker logs, for looking into a figure afterwards.
+    (run_dir / "runs.json").write_text(json.dumps(
+        {"runs": runs, "arrivals": arrivals, "received": received, "go_at": go_at}))
+    figures = summarize(mode, runs, submitted, stats,
+                        int(client.get(distlock_tasks.retries_key()) or 0), arrivals)
+    return {**figures, **worker_waits(runs, received),
+            "queued_s": round(queued_s, 2), "queued_messages_at_go": queued_messages,
+            # Every job was on the broker before any worker consumed: the makespans
+            # measure the workers and the lock, not the publisher.
+            "all_queued_before_first_start": go_at <= min(r["start"] for r in runs)}
+
+
+def worker_waits(runs: list[dict[str, Any]], received: dict[str, float]) -> dict[str, Any]:
+    """The other users' jobs: seconds from reaching a worker to starting (a job queued
+    in a child process behind a long run waits here) and the first start to the
+    last finish (their makespan)."""
+    others = [r for r in runs if r["user"].startswith("other")]
+    if not others:
+        return {}
+    waits = sorted(r["start"] - received[r["task_id"]] for r in others
+                   if r["task_id"] in received)
+    first = min(r["start"] for r in runs)
+    return {"others_makespan_s": round(max(r["end"] for r in others) - first, 2),
+            "others_wait_in_worker_ms": {
+                "median": round(1000 * statistics.median(waits), 1),
+                "p99": round(1000 * waits[int(len(waits) * 0.99) - 1], 1),
+                "max": round(1000 * waits[-1], 1)}}
 
 
 def arrival_bound(hot: list[dict[str, Any]], order: list[str],
@@ -290,21 +353,78 @@ def summarize(mode: str, runs: list[dict[str, Any]], submitted: dict[str, list[s
     return figures
 
 
-def contention(hot: int, others: int, ms: float, log_dir: Path,
-               modes: list[str]) -> dict[str, Any]:
+#: Figures whose value in every repeat is listed beside their median.
+SPREAD = ("others_per_second", "others_makespan_s", "hot_makespan_vs_serial",
+          "busy_reenqueues_per_executed_job", "all_per_second")
+
+
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per figure, the median over the repeats (the worst for inversions and flags),
+    with every repeat's value of the SPREAD figures."""
+    out = _medians(runs)
+    if name_in(runs, "hot_order_inversions"):
+        out["hot_order_inversions"] = max(run["hot_order_inversions"] for run in runs)
+    out["per_repeat"] = {name: [run[name] for run in runs] for name in SPREAD
+                         if name_in(runs, name)}
+    return out
+
+
+def _medians(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, first in runs[0].items():
+        values = [run[name] for run in runs]
+        if isinstance(first, bool):
+            out[name] = all(values)
+        elif isinstance(first, (int, float)):
+            out[name] = round(statistics.median(values), 3)
+        elif isinstance(first, dict):
+            out[name] = _medians(values)
+    return out
+
+
+def name_in(runs: list[dict[str, Any]], name: str) -> bool:
+    return all(name in run for run in runs)
+
+
+def others_unaffected(mode: dict[str, Any], same_load: dict[str, Any]) -> dict[str, Any]:
+    """The other users' jobs under the hot user's contention against the same 1,500 jobs
+    without it. "Unaffected" means: the median over the repeats of the time the other
+    users' 1,000 jobs took (first start to last finish) is no longer than the slowest
+    repeat of the same-load run, i.e. within that reference's own run-to-run spread."""
+    slowest = max(same_load["per_repeat"]["others_makespan_s"])
+    return {"others_per_second_vs_same_load": round(
+                mode["others_per_second"] / same_load["others_per_second"], 2),
+            "others_makespan_vs_same_load": round(
+                mode["others_makespan_s"] / same_load["others_makespan_s"], 2),
+            "others_makespan_vs_slowest_same_load": round(
+                mode["others_makespan_s"] / slowest, 2),
+            "others_unaffected": mode["others_makespan_s"] <= slowest}
+
+
+def contention(hot: int, others: int, ms: float, log_dir: Path, modes: list[str],
+               repeats: int) -> dict[str, Any]:
+    """Every mode ``repeats`` times, interleaved (mode after mode, then again) so a load
+    change on the shared machine hits every mode alike; medians and each repeat."""
+    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+    for i in range(repeats):
+        for mode in modes:
+            runs[mode].append(contention_run(mode, 0 if mode == "others_alone" else hot,
+                                             others, ms, log_dir / f"{mode}-{i}"))
     figures: dict[str, Any] = {
         "hot_jobs": hot, "other_users": others, "job_ms": ms, "worker_processes": 4,
-        **{mode: contention_run(mode, 0 if mode == "others_alone" else hot, others, ms,
-                                log_dir) for mode in modes},
+        "repeats": repeats, **{mode: median_of(runs[mode]) for mode in modes},
         "goals": {"busy_reenqueues_per_executed_job": 0.1, "hot_order_inversions": 0,
-                  "hot_makespan_vs_serial": 1.2}}
-    for ref, name in (("same_load_spread", "same_load"), ("others_alone", "alone")):
-        if ref not in figures:
-            continue
-        for mode in ("recur_lock", "recur_lock_chain0", "retry_on_busy"):
-            if mode in figures:
-                ratio = figures[mode]["others_per_second"] / figures[ref]["others_per_second"]
-                figures[mode][f"others_per_second_vs_{name}"] = round(ratio, 2)
+                  "hot_makespan_vs_serial": 1.2,
+                  "others_unaffected": "median others_makespan_s <= the slowest "
+                                       "same_load_spread repeat"}}
+    for mode in ("recur_lock", "recur_lock_chain0", "retry_on_busy"):
+        if mode in figures and "same_load_spread" in figures:
+            figures[mode].update(others_unaffected(figures[mode],
+                                                   figures["same_load_spread"]))
+        if mode in figures and "others_alone" in figures:
+            figures[mode]["others_per_second_vs_alone"] = round(
+                figures[mode]["others_per_second"]
+                / figures["others_alone"]["others_per_second"], 2)
     return figures
 
 
@@ -318,6 +438,8 @@ def main() -> None:
                         help="comma list of the parts to run")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="comma list of the contention modes to run")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each contention mode (medians are reported)")
     opts = parser.parse_args()
     parts = set(opts.parts.split(","))
     os.environ.update(ENV)
@@ -336,7 +458,7 @@ def main() -> None:
             figures["overhead"] = overhead(opts.pairs)
         if "contention" in parts:
             figures["contention"] = contention(opts.hot, opts.others, opts.ms, log_dir,
-                                               opts.modes.split(","))
+                                               opts.modes.split(","), opts.repeats)
             figures["worker_logs"] = str(log_dir)
         write_result("distlock", figures)
     finally:

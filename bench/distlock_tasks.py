@@ -10,7 +10,7 @@ import os
 import time
 from typing import Any
 
-from celery.signals import task_prerun
+from celery.signals import task_prerun, task_received
 
 from config.settings import settings
 from tasks.app import app
@@ -31,6 +31,19 @@ def arrivals_key() -> str:
     return f"{settings().key_prefix}:bench:arrivals"
 
 
+def received_key() -> str:
+    return f"{settings().key_prefix}:bench:received"
+
+
+@task_received.connect
+def record_received(request: Any = None, **_: Any) -> None:
+    """When the worker (its main process) took a job's message from the broker: the
+    time from here to the job's start is how long it waited in that worker, e.g. in
+    a busy child process's queue."""
+    if request is not None and request.name in ("bench.locked_job", "bench.retry_job"):
+        get_redis().hsetnx(received_key(), str(request.id), time.time())
+
+
 @task_prerun.connect
 def record_arrival(task: Any = None, args: Any = None, **_: Any) -> None:
     """When a job's message first reached a worker (before it ran or parked): no
@@ -39,23 +52,23 @@ def record_arrival(task: Any = None, args: Any = None, **_: Any) -> None:
         get_redis().hsetnx(arrivals_key(), str(args[0]["id"]), time.time())
 
 
-def record(message: Any, started: float) -> None:
+def record(message: Any, started: float, task_id: str) -> None:
     entry = {"id": message["id"], "user": message["user_id"], "start": started,
-             "end": time.time(), "pid": os.getpid()}
+             "end": time.time(), "pid": os.getpid(), "task_id": task_id}
     get_redis().rpush(runs_key(), json.dumps(entry))
 
 
-def work(message: Any) -> None:
+def work(message: Any, task_id: str) -> None:
     started = time.time()
     time.sleep(float(message["payload"]["ms"]) / 1000)
-    record(message, started)
+    record(message, started, task_id)
 
 
 @app.task(bind=True, base=MessageTask, name="bench.locked_job")
 @user_lock()
 def locked_job(self: MessageTask, message: Any) -> None:
     """recur's lock: a busy user's job is parked and handed over in order."""
-    work(self.message(message))
+    work(self.message(message), str(self.request.id))
 
 
 @app.task(bind=True, base=MessageTask, name="bench.retry_job", max_retries=None)
@@ -68,6 +81,6 @@ def retry_job(self: MessageTask, message: Any) -> None:
         get_redis().incr(retries_key())
         raise self.retry(countdown=0)
     try:
-        work(msg)
+        work(msg, str(self.request.id))
     finally:
         lock.release()

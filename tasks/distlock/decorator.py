@@ -7,10 +7,11 @@ Stack it under ``@app.task(bind=True, ...)``::
     def sync_user(self, message): ...
 
 A job whose user is busy (or whose earlier jobs have not started yet) does not
-run and does not retry: it is parked in Redis and acknowledged, and it runs
-when the job before it releases the lock (see chain.py, store.py and
-tasks/lua). Parking is neither a failure nor a retry. The holder's fencing
-token is ``self.request.user_lock.fence`` (or ``fencing_token(self)``).
+run and does not retry: it is parked in Redis and its delivery returns None
+(acknowledged; to Celery a success that did nothing), and it runs when the job
+before it releases the lock (see chain.py, store.py and tasks/lua). Parking is
+neither a failure nor a retry. The holder's fencing token is
+``self.request.user_lock.fence`` (or ``fencing_token(self)``).
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def run_locked(task: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(task.request, INLINE, False):  # chain.py holds the lock for it
+                return fn(task, *args, **kwargs)
             return LockedCall(spec, task, fn, args, kwargs).run()
 
         run_locked.__user_lock__ = spec  # type: ignore[attr-defined]
@@ -105,8 +108,6 @@ class LockedCall:
                              headers=other_headers(task.request))
 
     def run(self) -> Any:
-        if getattr(self.task.request, INLINE, False):  # chain.py holds the lock for it
-            return self.fn(self.task, *self.args, **self.kwargs)
         token = new_token()
         try:
             attempt = self.rt.store.acquire(
@@ -116,7 +117,7 @@ class LockedCall:
             return self.redis_down(exc)
         if attempt.status == PARKED:
             events.busy(self.task.name, self.job.id, self.user, attempt.seq)
-            raise Ignore()
+            return self.parked()
         if attempt.status == DUPLICATE:
             events.duplicate(self.task.name, self.job.id, self.user, attempt.seq)
             raise Ignore()
@@ -131,6 +132,18 @@ class LockedCall:
                 run_chain(self.rt, self.user, handover, self.task.request, self.ttl)
             elif handover is not None:
                 publish_handover(self.user, handover)
+
+    def parked(self) -> None:
+        """End this delivery: its job now waits in Redis and runs when handed over.
+
+        It returns (Celery acknowledges it as a success that did nothing) rather than
+        raising Ignore: Celery builds and formats two tracebacks for an Ignore, which
+        made a park cost several times a short job's whole run and slowed every
+        other user's jobs behind a busy user. ``recur_settled`` tells a scheduler
+        dispatch (scheduler/calls.py) not to finish its row: the run that does the
+        work settles it.
+        """
+        self.task.request.recur_settled = True
 
     def redis_down(self, exc: LockUnavailable) -> Any:
         """Fail closed (re-enqueue the job) unless this task opted out."""

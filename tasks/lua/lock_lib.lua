@@ -50,7 +50,7 @@ end
 
 -- Give the free lock to the user's first parked job if its turn has come:
 -- reserve the owner key for the `handover` token and return
--- {1, job JSON, seq, epoch, fence}; otherwise {0}. The caller either runs the
+-- {1, job JSON, seq, epoch, fence}; otherwise 0. The caller either runs the
 -- job itself, holding the lock with the handover token and this fence, or
 -- publishes it with the token, and the job takes the lock when it arrives.
 -- With nothing parked and every number given out finished, forget the user.
@@ -63,7 +63,7 @@ local function hand_over(user, handover, ttl, gap_ms, now)
     if order[1] and order[2] and tonumber(order[1]) > tonumber(order[2]) then
       redis.call('DEL', KEYS[2], KEYS[4])
     end
-    return {0}
+    return 0
   end
   local seq = tonumber(head[2])
   local nxt = tonumber(redis.call('HGET', KEYS[2], 'next') or seq)
@@ -72,7 +72,7 @@ local function hand_over(user, handover, ttl, gap_ms, now)
     local gapat = gap_deadline(now, gap_ms)
     if now < gapat then
       redis.call('ZADD', KEYS[5], gapat, user)
-      return {0}
+      return 0
     end
     for missing = nxt, math.min(seq - 1, nxt + MAX_SKIP - 1) do skip(missing) end
     redis.call('HSET', KEYS[2], 'next', seq)
