@@ -92,10 +92,59 @@ def drain(rows: int) -> dict[str, Any]:
     n = min(rows, 10_000)
     plain = plain_loop(n, confirms=False)
     plain_confirm = plain_loop(min(n, 4000), confirms=True)
+    relay = minimal_relay(rows)
     return {"recur_drain": ours, "plain_celery_apply_async": plain,
             "plain_celery_apply_async_confirm_publish": plain_confirm,
+            "minimal_relay": relay,
             "ratio_to_plain": round(ours["per_second"] / plain["per_second"], 2),
+            "ratio_to_minimal_relay": round(ours["per_second"] / relay["per_second"], 2),
             "goal": ">= 15000 rows/s and >= 3x plain apply_async"}
+
+
+def minimal_relay(rows: int) -> dict[str, Any]:
+    """The issue's reference: a bare relay on this machine, in this run.
+
+    Claims 1,000 rows with one raw SQL statement, publishes each row's stored
+    args as the body (no Celery message, no lease header) with the batch's
+    confirms awaited together, marks the rows with one UPDATE: the ceiling a
+    scheduler reaches here, without what makes the messages Celery tasks.
+    """
+    import psycopg
+
+    from bench.private_env import PG_DSN
+    from routing.queues import TASK_EXCHANGE
+    from scheduler.publisher import ConfirmingPublisher, TaskMessage
+
+    benv.pg(f"TRUNCATE {benv.SCHEMA}.due_jobs")
+    benv.pg(benv.seed_sql(rows, "short", "now() - interval '1 second'"))
+    benv.pg(f"VACUUM ANALYZE {benv.SCHEMA}.due_jobs")
+    publisher = ConfirmingPublisher(benv.BROKER_URL, TASK_EXCHANGE.name)
+    publisher.connect()
+    claim = (f"SELECT job_key, args FROM {benv.SCHEMA}.due_jobs WHERE bucket = 'short' "
+             "AND state = 0 AND due_at <= now() ORDER BY due_at LIMIT 1000 "
+             "FOR UPDATE SKIP LOCKED")
+    mark = f"UPDATE {benv.SCHEMA}.due_jobs SET state = 1, token = token + 1 " \
+           "WHERE job_key = ANY(%s)"
+    total = 0
+    with psycopg.connect(PG_DSN) as conn:
+        t0 = time.perf_counter()
+        while True:
+            with conn.transaction():
+                got = conn.execute(claim).fetchall()
+                if not got:
+                    break
+                publisher._publish_all([  # the batched-confirm writer, bare messages
+                    (TASK_EXCHANGE.name, "short", TaskMessage(key, args.encode(), {"id": key}))
+                    for key, args in got])
+                conn.execute(mark, [[key for key, _ in got]])
+            total += len(got)
+        dt = time.perf_counter() - t0
+    publisher.close()
+    purge()
+    return {"rows": total, "batch": 1000, "seconds": round(dt, 3),
+            "per_second": round(total / dt),
+            "how": "raw SQL claim of 1,000 rows, stored args published as bare bodies with "
+                   "the batch's confirms awaited together, one UPDATE"}
 
 
 class RecordingPublisher:

@@ -117,6 +117,23 @@ RESCHEDULE = update(due_jobs).where(
 FINISH = delete(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED)
+# The scheduler's statements. claim_rows: the earliest scheduled rows of one
+# bucket (due ones, or any for the idle pull-forward), skipping rows that
+# another scheduler holds.
+_CLAIM = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.args, due_jobs.c.due_at,
+                 due_jobs.c.token)
+          .order_by(due_jobs.c.due_at).limit(bindparam("limit"))
+          .with_for_update(skip_locked=True))
+_SCHEDULED_OF = (due_jobs.c.bucket == bindparam("bucket"), due_jobs.c.state == SCHEDULED)
+CLAIM_DUE = _CLAIM.where(*_SCHEDULED_OF,
+                         due_jobs.c.due_at <= bindparam("now", type_=UtcDateTime()))
+CLAIM_EARLY = _CLAIM.where(*_SCHEDULED_OF)
+# mark_dispatched: new token, due again when the lease ends, one more attempt.
+MARK_DISPATCHED = update(due_jobs).where(
+    due_jobs.c.job_key == any_(bindparam("keys", type_=postgresql.ARRAY(Text()))),
+).values(state=DISPATCHED, token=due_jobs.c.token + 1,
+         due_at=bindparam("lease", type_=UtcDateTime()), attempts=due_jobs.c.attempts + 1,
+         updated_at=bindparam("now", type_=UtcDateTime()))
 
 
 class RawStatements:
@@ -156,6 +173,29 @@ class RawStatements:
         try:
             cur = self._conn().execute(sql, {**defaults, **params})
             return (cur.fetchone() if cur.description else None), cur.rowcount
+        except psycopg.OperationalError as exc:
+            self._local.conn = None
+            raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: {exc}") from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"due-jobs store {self.url}: {what} failed: {exc}") from exc
+
+    @contextmanager
+    def transaction(self, what: str) -> Iterator[Callable[[Statement, dict[str, Any]],
+                                                         list[tuple[Any, ...]]]]:
+        """A durable transaction on this thread's connection: yields ``run(stmt, params)``
+        returning the rows (the per-job statements' ``synchronous_commit off`` is
+        switched back on for it)."""
+        conn = self._conn()
+
+        def run(stmt: Statement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+            sql, defaults = self._sql(stmt)
+            cur = conn.execute(sql, {**defaults, **params})
+            return cur.fetchall() if cur.description else []
+
+        try:
+            with conn.transaction():
+                conn.execute("SET LOCAL synchronous_commit TO on")
+                yield run
         except psycopg.OperationalError as exc:
             self._local.conn = None
             raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: {exc}") from exc
@@ -282,6 +322,14 @@ class DueStore:
             self._names = {code: name for name, code in self._codes.items()}
         return self._codes
 
+    def _names_of(self, codes: set[int]) -> dict[int, str]:
+        """Code → task name for ``codes``, re-read when another process added one."""
+        if not codes <= self._names.keys():
+            with self._tx("read task names") as conn:
+                self._codes = task_codes(conn, ())
+            self._names = {c: name for name, c in self._codes.items()}
+        return self._names
+
     def _task_name(self, conn: Connection, code: int) -> str:
         """The name of task ``code``, re-read on ``conn`` when another process added it."""
         if code not in self._names:
@@ -363,26 +411,32 @@ class DueStore:
         runs; they are marked dispatched with a new token and a lease only after
         it returned (the broker confirmed). If it raises, nothing is marked.
         """
-        conditions = [due_jobs.c.bucket == bucket, due_jobs.c.state == SCHEDULED]
-        if not early:
-            conditions.append(due_jobs.c.due_at <= now)
-        # claim_rows: earliest scheduled rows of one bucket, skipping rows that
-        # another scheduler holds.
-        claim = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.args,
-                        due_jobs.c.due_at, due_jobs.c.token)
-                 .where(and_(*conditions)).order_by(due_jobs.c.due_at).limit(limit)
-                 .with_for_update(skip_locked=True))
+        claim = CLAIM_EARLY if early else CLAIM_DUE
+        params = {"bucket": bucket, "now": now, "limit": limit}
+        if self._raw is not None:
+            # PostgreSQL: plain psycopg rows, statements compiled once; SQLAlchemy's
+            # per-row work was a third of the drain's cost.
+            with self._raw.transaction(f"dispatch bucket {bucket}") as run:
+                rows = run(claim, params)
+                names = self._names_of({code for _, code, *_ in rows})
+                claimed = [Claimed(key, names[code], bucket, args, due, token + 1, lease_until)
+                           for key, code, args, due, token in rows]
+                if not claimed:
+                    return 0
+                publish(claimed)
+                run(MARK_DISPATCHED, {"keys": [c.job_key for c in claimed],
+                                      "lease": lease_until, "now": now})
+            return len(claimed)
         with self._tx(f"dispatch bucket {bucket}") as conn:
             claimed = [Claimed(job_key=r.job_key, task=self._task_name(conn, r.task_id),
                                bucket=bucket, args=r.args, due_at=r.due_at, token=r.token + 1,
                                lease_until=lease_until)
-                       for r in conn.execute(claim)]
+                       for r in conn.execute(claim, params)]
             if not claimed:
                 return 0
             publish(claimed)
-            # mark_dispatched: new token, due again when the lease ends, one more attempt.
-            conn.execute(update(due_jobs)
-                         .where(self._key_in([c.job_key for c in claimed]))
+            # mark_dispatched (SQLite): as MARK_DISPATCHED, with IN for the keys.
+            conn.execute(update(due_jobs).where(self._key_in([c.job_key for c in claimed]))
                          .values(state=DISPATCHED, token=due_jobs.c.token + 1,
                                  due_at=lease_until, attempts=due_jobs.c.attempts + 1,
                                  updated_at=now))
