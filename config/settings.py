@@ -158,6 +158,12 @@ class Settings:
         default=1000,
         metadata=_doc("Rows claimed, published and confirmed together; large enough to "
                       "amortise one confirm round trip."))
+    drain_threads: int = field(
+        default=2,
+        metadata=_doc("Batches of one bucket a scheduler has in flight at once, each on "
+                      "its own database and broker connection: one batch's confirm wait "
+                      "overlaps the next one's claim and encoding (PostgreSQL; SQLite "
+                      "uses 1)."))
     pull_forward: str = field(
         default="short,medium,long",
         metadata=_doc("Buckets whose idle workers get the earliest future jobs early "
@@ -211,9 +217,9 @@ def _parse(name: str, kind: Any, raw: str) -> Any:
 #: Bounds of numeric settings, and the choices of enumerated ones.
 POSITIVE = frozenset({
     "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
-    "high_watermark", "drain_batch", "lock_ttl", "lock_wait_budget", "lock_gap_timeout",
-    "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity", "send_timeout", "send_backoff",
-    "send_backoff_max"})
+    "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
+    "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
+    "send_timeout", "send_backoff", "send_backoff_max"})
 NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
                           "lock_chain_seconds"})
 AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})

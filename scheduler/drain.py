@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
@@ -63,6 +64,10 @@ class Scheduler:
     stopping: threading.Event = field(default_factory=threading.Event)
     #: Beat-style entries (from the app's ``beat_schedule``), stored when the loop starts.
     periodic: list[PeriodicEntry] = field(default_factory=list)
+    #: Extra broker connections of the other dispatch lanes (made when first needed).
+    _lanes: list[ConfirmingPublisher] = field(default_factory=list)
+    _pool: ThreadPoolExecutor | None = None
+    _pool_size: int = 0
 
     @property
     def pull_forward(self) -> set[str]:
@@ -86,14 +91,20 @@ class Scheduler:
             except ServiceUnavailable as exc:
                 wait = backoff.next()
                 log.warning("%s; reconnecting in %.1fs", exc, wait)
-                self.publisher.close()
+                self.close_publishers()
                 self.stopping.wait(wait)
                 continue
             backoff.reset()
             if not moved:
                 self.stopping.wait(self.cfg.scheduler_interval)
-        self.publisher.close()
+        self.close_publishers()
+        if self._pool is not None:
+            self._pool.shutdown()
         log.info("scheduler stopped")
+
+    def close_publishers(self) -> None:
+        for publisher in (self.publisher, *self._lanes):
+            publisher.close()
 
     def pass_once(self) -> int:
         """One pass over leases and buckets; returns the rows moved."""
@@ -135,17 +146,62 @@ class Scheduler:
         return sent
 
     def dispatch(self, bucket: Bucket, room: int, now: datetime, *, early: bool) -> int:
-        """Dispatch batches until ``room`` is used or no row is left."""
-        sent = 0
+        """Dispatch batches until ``room`` is used or no row is left.
+
+        With ``drain_threads`` > 1 and more than one batch of room, that many
+        lanes take batches from the same room at once, each on its own database
+        and broker connection (SKIP LOCKED keeps their rows apart): a lane
+        waiting for its broker confirms no longer stalls the drain.
+        """
         lease_until = now + timedelta(seconds=self.cfg.lease_seconds)
-        while room > 0 and not self.stopping.is_set():
-            want = min(self.cfg.drain_batch, room)
-            got = self.store.dispatch(bucket.name, want, now, lease_until,
-                                      self.publisher.publish, early=early)
-            sent, room = sent + got, room - got
+        budget = Budget(room)
+        lanes = 1 if self.store.dialect == "sqlite" else self.cfg.drain_threads
+        lanes = min(lanes, -(-room // self.cfg.drain_batch))
+        if lanes <= 1:
+            return self._lane(self.publisher, bucket, budget, now, lease_until, early)
+        while len(self._lanes) < lanes - 1:
+            self._lanes.append(ConfirmingPublisher(self.publisher.broker_url,
+                                                   self.publisher.exchange))
+        if self._pool is None or self._pool_size < lanes:
+            if self._pool is not None:
+                self._pool.shutdown()
+            self._pool, self._pool_size = ThreadPoolExecutor(lanes, "drain"), lanes
+        futures = [self._pool.submit(self._lane, publisher, bucket, budget, now, lease_until,
+                                     early)
+                   for publisher in (self.publisher, *self._lanes[:lanes - 1])]
+        wait(futures)  # every lane is done with its connections before an error is raised
+        return sum(future.result() for future in futures)
+
+    def _lane(self, publisher: ConfirmingPublisher, bucket: Bucket, budget: Budget,
+              now: datetime, lease_until: datetime, early: bool) -> int:
+        sent = 0
+        while not self.stopping.is_set() and (want := budget.take(self.cfg.drain_batch)):
+            got = self.store.dispatch(bucket.name, want, now, lease_until, publisher.publish,
+                                      early=early)
+            sent += got
             if got < want:
-                break
+                budget.finish()
         return sent
+
+
+class Budget:
+    """The room the lanes of one dispatch share: never more than ``room`` rows."""
+
+    def __init__(self, room: int) -> None:
+        self.left = room
+        self._lock = threading.Lock()
+
+    def take(self, batch: int) -> int:
+        """Rows for the next batch (0: the room is used, or rows ran out)."""
+        with self._lock:
+            want = min(batch, self.left)
+            self.left -= want
+            return want
+
+    def finish(self) -> None:
+        """A batch came back short: nothing more is due, stop every lane."""
+        with self._lock:
+            self.left = 0
 
 
 def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:

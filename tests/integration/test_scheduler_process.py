@@ -167,3 +167,38 @@ def test_a_periodic_entry_fires_once_per_period_and_is_dispatched(
     assert queue_depth(broker, "short") <= 3
     assert fired["short"].dispatched == queue_depth(broker, "short")
     store.close()
+
+
+def test_dispatch_lanes_share_the_room_and_never_send_a_row_twice(
+        fresh_pg_url: str, broker: Any) -> None:
+    """Three lanes of one dispatch: exactly the room is sent, every row at most once."""
+    from config.buckets import BUCKETS_BY_NAME
+    from config.settings import load_settings
+    from routing.queues import TASK_EXCHANGE
+    from scheduler.calls import DISPATCH_HEADER
+    from scheduler.drain import Scheduler
+    from scheduler.publisher import ConfirmingPublisher
+    from tests.support.services import test_environment
+
+    cfg = load_settings({**test_environment(), "RECUR_DATABASE_URL": fresh_pg_url,
+                         "RECUR_DRAIN_BATCH": "100", "RECUR_DRAIN_THREADS": "3"})
+    store = DueStore.open(fresh_pg_url)
+    store.schedule(recurring_jobs(1250, now() - timedelta(seconds=1), every=60.0, runs=1,
+                                  buckets=("short",)), now())
+    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
+    short = BUCKETS_BY_NAME["short"]
+    try:
+        assert scheduler.dispatch(short, 730, now(), early=False) == 730  # not a batch more
+        assert store.stats(now())["short"].dispatched == 730
+        assert scheduler.dispatch(short, 5000, now(), early=False) == 520  # what was left
+    finally:
+        scheduler.close_publishers()
+    assert len(scheduler._lanes) == 2  # three lanes ran
+    assert queue_depth(broker, "short") == 1250
+    with broker.channel() as channel:
+        keys = []
+        while (message := channel.basic_get("short", no_ack=True)) is not None:
+            keys.append(message.headers[DISPATCH_HEADER][0])
+    assert len(keys) == len(set(keys)) == 1250  # each row sent once
+    assert store.stats(now())["short"].scheduled == 0
+    store.close()
