@@ -1,10 +1,11 @@
-"""Migration 0003 (padding-free column order) keeps every row and what it means."""
+"""Migrations 0003 (padding-free columns) and 0004 (lean rows) keep every row and its meaning."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from alembic import command
@@ -110,4 +111,28 @@ def test_migrations_downgrade_to_the_first_layout(scratch_pg: str) -> None:
         row = conn.execute(text("SELECT task, state, lease_until FROM due_jobs")).one()
     assert tuple(row) == ("tests.other", 1, lease)
     assert upgrade(engine) == head_revision()
+    engine.dispose()
+
+
+def test_0004_on_sqlite_keeps_rows_both_ways(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'due.sqlite3'}"
+    engine = make_engine(url)
+    assert upgrade(engine, "0003") == "0003"
+    with engine.begin() as conn:
+        conn.execute(text(
+            "INSERT INTO due_jobs (job_key, task, bucket, args, due_at, state, lease_until, "
+            "token) VALUES ('k', 'tests.other', 'long', '[]', '2030-01-01 00:00:00.000000', 1, "
+            "'2030-01-02 00:00:00.000000', 3)"))
+    assert upgrade(engine) == head_revision()
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT j.job_key, t.name, j.due_at, j.state, j.token "
+                                "FROM due_jobs j JOIN due_tasks t ON t.code = j.task_id")).one()
+    assert tuple(row) == ("k", "tests.other", "2030-01-02 00:00:00.000000", 1, 3)
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0003")
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT task, lease_until, state FROM due_jobs")).one()
+    assert tuple(row) == ("tests.other", "2030-01-02 00:00:00.000000", 1)
     engine.dispose()
