@@ -136,8 +136,9 @@ class Settings:
     lock_chain_seconds: float = field(
         default=5.0,
         metadata=_doc("Seconds a worker process goes on running its user's parked jobs "
-                      "itself after a locked job, before handing the rest over through the "
-                      "broker (0: always the broker); keep it well under the time limits."))
+                      "itself after a locked job before it hands the rest over through the "
+                      "broker, if other messages are ready in its queue (else it goes on, "
+                      "up to half the bucket's soft time limit); 0: always the broker."))
     schedule_threshold: float = field(
         default=5.0,
         metadata=_doc("Delays (countdown/eta) at least this many seconds go to the due-jobs "

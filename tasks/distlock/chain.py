@@ -4,7 +4,10 @@ A parked job's broker message was acknowledged when it parked; republishing
 it would put it behind the whole queue, so a busy user would advance one job
 per queue traversal. Instead the releasing process claims the handover and
 runs the job at once, for up to RECUR_LOCK_CHAIN_SECONDS, then hands the rest
-over through the broker. The job stays in the user's parked set until its
+over through the broker, unless the queue it came from has nothing ready:
+then no other job waits for this process and the chain goes on, checking the
+queue again every RECUR_LOCK_CHAIN_SECONDS, for at most half the bucket's
+soft time limit. The job stays in the user's parked set until its
 release, so if this process dies the reaper hands it over again.
 
 A job run this way that raises is put back ('again') and published through
@@ -21,7 +24,9 @@ from typing import Any
 from celery.app.task import Context
 from celery.exceptions import Ignore, Retry
 
+from config.buckets import BUCKETS
 from config.errors import LockUnavailable
+from routing.queues import queue_depth
 from tasks.distlock.grant import LockGrant
 from tasks.distlock.held import Held
 from tasks.distlock.runtime import Runtime, lock_spec_of, publish_handover
@@ -38,12 +43,38 @@ def run_chain(rt: Runtime, user: str, handover: Handover | None, parent: Any,
               ttl: float) -> None:
     """Run ``user``'s parked jobs here while their turn comes and time is left;
     ``ttl`` is the lease the handovers were reserved with."""
-    deadline = time.monotonic() + rt.cfg.lock_chain_seconds
+    period = rt.cfg.lock_chain_seconds
+    started = time.monotonic()
+    deadline, queue = started + period, (parent.delivery_info or {}).get("routing_key")
+    ceiling = started + max(period, chain_ceiling(queue))
     while handover is not None:
-        if time.monotonic() >= deadline:
-            publish_handover(user, handover)
-            return
+        now = time.monotonic()
+        if now >= deadline:
+            if period <= 0 or now >= ceiling or others_waiting(queue):
+                publish_handover(user, handover)
+                return
+            deadline = now + period
         handover, ttl = run_inline(rt, user, handover, parent, ttl)
+
+
+def chain_ceiling(queue: str | None) -> float:
+    """Seconds a chain may run when nothing else waits: half the soft time limit of
+    the bucket whose queue delivered it (0 for a queue not in the bucket table)."""
+    return next((b.soft_time_limit / 2 for b in BUCKETS if b.queue == queue), 0.0)
+
+
+def others_waiting(queue: str | None) -> bool:
+    """Whether ``queue`` has messages ready (True when it cannot be read: hand over)."""
+    from tasks.app import app
+
+    if queue is None:
+        return True
+    try:
+        with app.pool.acquire(block=True, timeout=5) as conn:
+            return queue_depth(conn, queue) > 0
+    except Exception as exc:  # the broker decides nothing here: be fair, hand over
+        log.debug("cannot read the depth of %s (%r): handing over", queue, exc)
+        return True
 
 
 def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any,

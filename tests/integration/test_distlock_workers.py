@@ -150,3 +150,34 @@ def test_a_failing_job_run_by_the_releaser_fails_through_the_broker_once_more(
     assert [(e["id"], e["attempt"]) for e in runs if e["ev"] == "start"] == [
         (f"{user}-0", 1), (f"{user}-1", 1), (f"{user}-1", 2), (f"{user}-2", 1)]
     assert runs[0]["pid"] == runs[2]["pid"], "job 1 was not first run by job 0's process"
+
+
+def test_a_chain_past_its_period_goes_on_while_its_queue_is_empty(
+        broker: Connection, start_worker: Any, redis_client: redis.Redis) -> None:
+    """RECUR_LOCK_CHAIN_SECONDS is a period, not a wall: with nothing else ready in
+    the queue, the releasing process keeps running the user's jobs itself."""
+    for _ in range(2):
+        start_worker("short", concurrency=2, env={"RECUR_LOCK_CHAIN_SECONDS": "0.5"},
+                     args=INCLUDE)
+    user = "chain-u"
+    order = [f"{user}-{i}" for i in range(40)]
+    published = runtime().store.stats().get("published", 0)  # earlier tests' handovers
+    for i in range(40):
+        locked_work.delay(message(user, i, ms=30))
+    wait_for(lambda: ended(redis_client, set(order)) == set(order), 60, "the user's 40 jobs")
+    runs = runs_by_user(redis_client, {user})[user]
+    assert_one_at_a_time_in_order(runs, order)
+    assert runs[-1]["t"] - runs[0]["t"] > 1.0  # the chain outlived two periods
+    assert runtime().store.stats().get("published", 0) == published  # never the broker
+
+
+def test_others_waiting_reads_the_queue(broker: Connection) -> None:
+    from tasks.distlock.chain import chain_ceiling, others_waiting
+
+    assert not others_waiting("short")
+    with broker.Producer() as producer:
+        producer.publish({"x": 1}, exchange="", routing_key="short")
+    wait_for(lambda: queue_depth(broker, "short") == 1, 10, "the message to be ready")
+    assert others_waiting("short")
+    assert others_waiting(None)  # unknown: hand over
+    assert chain_ceiling("short") == 15.0 and chain_ceiling("elsewhere") == 0.0
