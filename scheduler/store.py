@@ -318,23 +318,25 @@ class DueStore:
         """
         if any(name not in self._codes for name in names):
             with self._tx("register task names") as conn:
-                self._codes = task_codes(conn, names)
-            self._names = {code: name for name, code in self._codes.items()}
+                self._remember(task_codes(conn, names))
         return self._codes
+
+    def _remember(self, codes: dict[str, int]) -> None:
+        """Cache every registered name → code, and the reverse."""
+        self._codes = codes
+        self._names = {code: name for name, code in codes.items()}
 
     def _names_of(self, codes: set[int]) -> dict[int, str]:
         """Code → task name for ``codes``, re-read when another process added one."""
         if not codes <= self._names.keys():
             with self._tx("read task names") as conn:
-                self._codes = task_codes(conn, ())
-            self._names = {c: name for name, c in self._codes.items()}
+                self._remember(task_codes(conn, ()))
         return self._names
 
     def _task_name(self, conn: Connection, code: int) -> str:
         """The name of task ``code``, re-read on ``conn`` when another process added it."""
         if code not in self._names:
-            self._codes = task_codes(conn, ())
-            self._names = {c: name for name, c in self._codes.items()}
+            self._remember(task_codes(conn, ()))
         return self._names[code]
 
     # -- producers -------------------------------------------------------------
