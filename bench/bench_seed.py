@@ -1,7 +1,7 @@
 """Seed benchmark: generated rows into PostgreSQL with ``recur seed``, against
 publishing the same rows with one ``apply_async`` each, in the same run.
 
-1. seed: ``recur seed --generate N`` (local[*], COPY + merge, the default
+1. seed: ``recur seed --generate N`` (local[*], COPY, idempotent on the job key, the default
    ``--max-connections``) into a fresh migrated schema. Figures: rows/s and
    seconds of the job (the report line) and of the whole command (JVM start
    included), peak RSS of the driver JVM and of the whole process tree

@@ -1,16 +1,19 @@
 """The due-jobs store's bulk path: the seed job loads millions of rows through it.
 
-Rows travel as lines of PostgreSQL's COPY text format (``copy_line``): the
-seed job builds them inside Spark, so Python only joins and streams them.
+Rows travel as lines of PostgreSQL's COPY text format (``copy_line``), with
+the task as its ``due_tasks`` code (``register_task``): the seed job builds
+them from Arrow batches, so Python never holds a row as objects.
 
-PostgreSQL: each chunk of lines is streamed with ``COPY`` into a temporary
-staging table (no WAL, no index), then merged into ``due_jobs`` with
-``INSERT ... SELECT ... ON CONFLICT (job_key) DO NOTHING``, one transaction
-per chunk (task names become their ``due_tasks`` codes on the way). SQLite:
-the same idempotent insert by ``executemany``, for small seeds. Either way a
-row whose job key is already there is left alone and counted as already
-present, so running a seed again, or Spark retrying a lost task, never
-duplicates a job (nor resets one the scheduler has moved on).
+PostgreSQL: each chunk of lines is streamed with ``COPY`` straight into
+``due_jobs``, one transaction per chunk. The first chunk that meets a job key
+already there (a second run of the same seed, a retried Spark task) is rolled
+back, and from then on that loader streams its chunks into a temporary
+staging table (no WAL, no index) and merges them with ``INSERT ... SELECT ...
+ON CONFLICT (job_key) DO NOTHING``. SQLite: the same idempotent insert by
+``executemany``, for small seeds. Either way a row whose job key is already
+there is left alone and counted as already present, so running a seed again,
+or Spark retrying a lost task, never duplicates a job (nor resets one the
+scheduler has moved on).
 """
 
 from __future__ import annotations
@@ -32,9 +35,10 @@ from scheduler.engine import is_sqlite, make_engine
 from scheduler.schema import due_jobs
 from scheduler.store import task_codes
 
-#: job_key, task, bucket, args (JSON text), due_at (ISO-8601 text with its offset).
+#: job_key, task code (see register_task), bucket, args (JSON text), due_at
+#: (ISO-8601 text with its offset).
 DueRow = tuple[str, str, str, str, str]
-DUE_FIELDS = ("job_key", "task", "bucket", "args", "due_at")
+DUE_FIELDS = ("job_key", "task_id", "bucket", "args", "due_at")
 #: Shown in pg_stat_activity for the seed's connections.
 APPLICATION_NAME = "recur-seed"
 #: COPY text format: these characters are written as backslash escapes.
@@ -50,25 +54,23 @@ SESSION = ("SET work_mem = '64MB'", "SET temp_buffers = '64MB'",
 # Session-private staging table; every commit empties it.
 CREATE_STAGE = """
 CREATE TEMPORARY TABLE IF NOT EXISTS recur_seed_stage (
-    job_key text, task text, bucket text, args text, due_at timestamptz
+    job_key text, task_id smallint, bucket text, args text, due_at timestamptz
 ) ON COMMIT DELETE ROWS
 """
-COPY_STAGE = "COPY recur_seed_stage (job_key, task, bucket, args, due_at) FROM STDIN"
-# Task names the chunk brings that have no code yet get one.
-REGISTER_TASKS = """
-INSERT INTO due_tasks (name)
-SELECT DISTINCT s.task FROM recur_seed_stage s
-WHERE NOT EXISTS (SELECT 1 FROM due_tasks t WHERE t.name = s.task)
-ON CONFLICT (name) DO NOTHING
-"""
+COLUMNS = "(job_key, task_id, bucket, args, due_at)"
+COPY_DIRECT = f"COPY due_jobs {COLUMNS} FROM STDIN"
+COPY_STAGE = f"COPY recur_seed_stage {COLUMNS} FROM STDIN"
 # The idempotent merge. Key order makes two loaders that share keys lock them
 # in the same order (no deadlock) and walks the primary key index in order.
-MERGE_STAGE = """
-INSERT INTO due_jobs (job_key, task_id, bucket, args, due_at)
-SELECT s.job_key, t.code, s.bucket, s.args, s.due_at
-FROM recur_seed_stage s JOIN due_tasks t ON t.name = s.task ORDER BY s.job_key
+MERGE_STAGE = f"""
+INSERT INTO due_jobs {COLUMNS}
+SELECT job_key, task_id, bucket, args, due_at FROM recur_seed_stage ORDER BY job_key
 ON CONFLICT (job_key) DO NOTHING
 """
+#: A direct COPY that meets one of these goes over to the merge.
+KEY_TAKEN = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
+#: Merge attempts when a loader still copying directly deadlocks with this one.
+MERGE_ATTEMPTS = 3
 
 
 def copy_field(text: str) -> str:
@@ -144,11 +146,25 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def register_task(url: str, name: str) -> int:
+    """The ``due_tasks`` code of task ``name`` in the store at ``url`` (registered if new)."""
+    engine = make_engine(url)
+    try:
+        with engine.begin() as conn:
+            return task_codes(conn, [name])[name]
+    except OperationalError as exc:
+        raise StoreUnavailable(f"due-jobs database {engine.url!r}: {exc}") from exc
+    finally:
+        engine.dispose()
+
+
 class PostgresBulk(_Closing):
-    """COPY into a staging table, then the idempotent merge; one connection."""
+    """COPY straight into due_jobs until a key is taken, then COPY + merge; one connection."""
 
     def __init__(self, url: str) -> None:
         self.url = url
+        #: Copying straight into due_jobs; False once a chunk met a key already there.
+        self.direct = True
         try:
             self.conn = psycopg.connect(libpq_url(url), autocommit=True,
                                         application_name=APPLICATION_NAME)
@@ -162,15 +178,38 @@ class PostgresBulk(_Closing):
         return self.load_copy("".join(lines).encode(), len(lines))
 
     def load_copy(self, data: bytes | memoryview, rows: int) -> BulkResult:
-        """COPY ``rows`` lines already joined as COPY text (``data``) and merge them."""
+        """Load ``rows`` lines already joined as COPY text (``data``), in one transaction.
+
+        Straight into due_jobs while no key is taken: half the database's work
+        of staging and merging. A taken key rolls the chunk back and turns the
+        loader over to the merge, which leaves present rows alone.
+        """
         if not rows:
             return BulkResult()
-        with self._errors(), self.conn.transaction(), self.conn.cursor() as cur:
-            with cur.copy(COPY_STAGE) as copy:
+        with self._errors():
+            if self.direct:
+                try:
+                    self._copy(COPY_DIRECT, data)
+                    return BulkResult(rows, rows)
+                except KEY_TAKEN:
+                    self.direct = False
+            for attempt in range(1, MERGE_ATTEMPTS + 1):
+                try:
+                    return BulkResult(rows, self._copy(COPY_STAGE, data, MERGE_STAGE))
+                except psycopg.errors.DeadlockDetected:
+                    if attempt == MERGE_ATTEMPTS:
+                        raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _copy(self, statement: str, data: bytes | memoryview, then: str | None = None) -> int:
+        """COPY ``data`` with ``statement`` and run ``then``; the rows ``then`` inserted."""
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            with cur.copy(statement) as copy:
                 copy.write(data)
-            cur.execute(REGISTER_TASKS)
-            cur.execute(MERGE_STAGE)
-            return BulkResult(rows, cur.rowcount)
+            if then is None:
+                return 0
+            cur.execute(then)
+            return cur.rowcount
 
     def make_durable(self) -> None:
         """Wait until every chunk this loader committed is on disk.
@@ -218,13 +257,11 @@ class SqliteBulk(_Closing):
     def load(self, lines: Sequence[str]) -> BulkResult:
         if not lines:
             return BulkResult()
-        rows = [dict(zip(DUE_FIELDS, parse_copy_line(line), strict=True)) for line in lines]
+        params = [{"job_key": key, "task_id": int(task), "bucket": bucket, "args": args,
+                   "due_at": datetime.fromisoformat(due)}
+                  for key, task, bucket, args, due in map(parse_copy_line, lines)]
         try:
             with self.engine.begin() as conn:
-                codes = task_codes(conn, {row["task"] for row in rows})
-                params = [{"job_key": row["job_key"], "task_id": codes[row["task"]],
-                           "bucket": row["bucket"], "args": row["args"],
-                           "due_at": datetime.fromisoformat(row["due_at"])} for row in rows]
                 return BulkResult(len(lines), conn.execute(self.statement, params).rowcount)
         except OperationalError as exc:
             raise StoreUnavailable(f"due-jobs database {self.engine.url!r}: {exc}") from exc

@@ -20,14 +20,23 @@ from config.errors import RecurError, SeedInputError
 from config.settings import settings
 from scheduler.engine import is_sqlite, make_engine
 from scheduler.migrate import check_schema
-from scheduler.store_bulk import BulkSink, open_bulk
+from scheduler.store_bulk import BulkSink, open_bulk, register_task
 from spark.extract import read_input
 from spark.generate import generate
-from spark.load import partition_loader, rejects_of, run_loader, sink_frame, store_frame
+from spark.load import (
+    LinesOf,
+    message_lines,
+    partition_loader,
+    rejects_of,
+    run_loader,
+    sink_frame,
+    store_frame,
+    store_lines,
+)
 from spark.options import SeedOptions, parse_options
 from spark.progress import Progress
 from spark.session import seed_session
-from spark.transform import REJECT_COLUMNS, Rules, check, message_json
+from spark.transform import REJECT_COLUMNS, TASK, Rules, check, message_json
 
 REJECT_SCHEMA = ", ".join(f"{c} string" for c in REJECT_COLUMNS)
 #: Rows per partition of a generated population: small steps of progress and retry.
@@ -74,7 +83,7 @@ def guard_rejects_path(path: str) -> None:
                              "output: refusing to overwrite it")
 
 
-#: Rows per store transaction: big enough to amortise the merge, small enough
+#: Rows per store transaction: big enough to amortise a commit (and a merge), small enough
 #: that a failed chunk is cheap to redo.
 STORE_CHUNK = 100_000
 SQLITE_CHUNK = 5_000
@@ -102,17 +111,30 @@ def store_sink(url: str) -> Callable[[], BulkSink]:
     return lambda: open_bulk(url)
 
 
-def load_plan(opts: SeedOptions, checked: DataFrame) -> tuple[DataFrame, Callable[[], BulkSink],
-                                                               int, int]:
-    """The sink frame, the sink, its chunk size and how many connections it may hold."""
+@dataclass(frozen=True)
+class LoadPlan:
+    """What the loader runs: the sink frame, its lines, the sink, chunk size and
+    how many connections it may hold."""
+
+    frame: DataFrame
+    lines_of: LinesOf
+    open_sink: Callable[[], BulkSink]
+    chunk: int
+    max_connections: int
+
+
+def load_plan(opts: SeedOptions, checked: DataFrame) -> LoadPlan:
+    """The load of ``checked`` into the sink ``opts`` names."""
     if opts.sink == "broker":
-        return (sink_frame(checked, message_json(full=True)), broker_sink(opts.broker_url),
-                opts.batch, opts.max_connections)
+        return LoadPlan(sink_frame(checked, {"line": message_json(full=True)}), message_lines,
+                        broker_sink(opts.broker_url), opts.batch, opts.max_connections)
     check_store(opts.database_url)
     frame = store_frame(checked, opts.start or datetime.now(UTC), opts.spread)
+    lines = store_lines(register_task(opts.database_url, TASK))
     if is_sqlite(opts.database_url):  # one writer: more connections would only queue
-        return frame, store_sink(opts.database_url), SQLITE_CHUNK, 1
-    return frame, store_sink(opts.database_url), STORE_CHUNK, opts.max_connections
+        return LoadPlan(frame, lines, store_sink(opts.database_url), SQLITE_CHUNK, 1)
+    return LoadPlan(frame, lines, store_sink(opts.database_url), STORE_CHUNK,
+                    opts.max_connections)
 
 
 def write_rejects(spark: SparkSession, output: DataFrame, path: str) -> int:
@@ -128,10 +150,12 @@ def run_seed(spark: SparkSession, opts: SeedOptions,
     guard_rejects_path(opts.rejects)
     rules = Rules.from_settings(settings())
     checked = check(source_frame(spark, opts, rules), rules)
-    frame, open_sink, chunk, cap = load_plan(opts, checked)
+    plan = load_plan(opts, checked)
     with Progress(spark.sparkContext, emit) as progress:
         progress.step = f"checking and loading into the {opts.sink}"
-        result, output = run_loader(frame, partition_loader(open_sink, chunk), cap)
+        result, output = run_loader(
+            plan.frame, partition_loader(plan.open_sink, plan.chunk, plan.lines_of),
+            plan.max_connections)
         progress.step = "writing rejects"
         try:
             rejected = write_rejects(spark, output, opts.rejects)

@@ -1,9 +1,10 @@
 """Load the checked rows per partition (into the store or onto the broker) in one pass.
 
 Spark computes each checked row once and hands it to Python in Arrow
-batches (``mapInArrow``, no per-row Python objects but the line): the COPY
-line (store) or the task arguments (broker) of a valid row, or the reject
-columns of a bad one. A partition is one sink with one connection. Spark
+batches (``mapInArrow``, no per-row Python objects): the columns of a valid
+row's due-jobs row (store; ``spark.copy_lines`` makes them COPY lines) or its
+task arguments (broker), or the reject columns of a bad one. A partition is
+one sink with one connection. Spark
 runs at most one task per core at once, so with more cores than
 ``max_connections`` the frame is coalesced to ``max_connections``
 partitions, as Spark's own JDBC writer does with its ``numPartitions``;
@@ -24,8 +25,9 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from scheduler.store_bulk import COPY_ESCAPES, BulkResult, BulkSink, PostgresBulk
-from spark.transform import REJECT_COLUMNS, due_row
+from scheduler.store_bulk import BulkResult, BulkSink, PostgresBulk
+from spark.copy_lines import LINE_COLUMNS, due_lines
+from spark.transform import REJECT_COLUMNS, first_due
 
 #: due_at as text PostgreSQL and Python both read, with its offset (Z).
 DUE_TEXT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
@@ -36,37 +38,41 @@ OUTPUT_SCHEMA = ("record string, source string, field string, reason string, "
                  "offered long, loaded long")
 
 SinkFactory = Callable[[], BulkSink]
-
-
-def copy_text(value: Column) -> Column:
-    """``value`` escaped for COPY's text format (store_bulk.copy_field, in Spark)."""
-    for raw, escaped in COPY_ESCAPES:
-        value = F.replace(value, F.lit(raw), F.lit(escaped))
-    return value
+#: The lines to load of a batch's valid rows (those whose first column is set).
+LinesOf = Callable[[pa.RecordBatch], pa.Array]
 
 
 def store_frame(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
-    """The sink frame for the store: valid rows as COPY text lines (store_bulk.copy_line,
-    in Spark), the reject columns of the others."""
-    key, task, bucket, args, due = due_row(start, spread_seconds)
-    line = F.concat(F.concat_ws("\t", copy_text(key), task, bucket, copy_text(args),
-                                F.date_format(due, DUE_TEXT)), F.lit("\n"))
-    return sink_frame(checked, line)
+    """The sink frame for the store: ``LINE_COLUMNS`` of valid rows (due times
+    placed and written as text), the reject columns of the others."""
+    value = {"job_key": F.col("id"), "bucket": F.col("resolved_bucket"),
+             "due_text": F.date_format(first_due(start, spread_seconds), DUE_TEXT)}
+    return sink_frame(checked, {name: value.get(name, F.col(name)) for name in LINE_COLUMNS})
 
 
-def sink_frame(checked: DataFrame, line: Column) -> DataFrame:
-    """``line`` for valid rows, the reject columns for the others."""
+def store_lines(task_code: int) -> LinesOf:
+    """The COPY lines of a store sink frame's valid rows, for the task coded ``task_code``."""
+    return lambda batch: due_lines(batch, task_code)
+
+
+def message_lines(batch: pa.RecordBatch) -> pa.Array:
+    """The broker sink frame's lines: the task arguments themselves."""
+    return batch.column(0)
+
+
+def sink_frame(checked: DataFrame, columns: dict[str, Column]) -> DataFrame:
+    """``columns`` of valid rows (the first one never NULL), the reject columns of the
+    others."""
     valid = F.col("reason").isNull()
-    return checked.select(F.when(valid, line).alias("line"),
-                          *[F.when(~valid, F.col(c)).alias(c)
-                            for c in ("source", "field", "reason")])
+    return checked.select(*[F.when(valid, c).alias(name) for name, c in columns.items()],
+                          *[F.when(~valid, F.col(c)).alias(c) for c in REJECT_COLUMNS])
 
 
 def _records(kind: str, rows: pa.RecordBatch | None, total: BulkResult | None,
              text: pa.DataType) -> pa.RecordBatch:
     """Output records: the rejects of ``rows``, or one count record of ``total``."""
     n = rows.num_rows if rows is not None else 1
-    columns = ([rows.column(i).cast(text) for i in (1, 2, 3)] if rows is not None
+    columns = ([rows.column(c).cast(text) for c in REJECT_COLUMNS] if rows is not None
                else [pa.nulls(1, text)] * 3)
     counts = ([pa.array([total.offered]), pa.array([total.loaded])] if total is not None
               else [pa.nulls(n, pa.int64())] * 2)
@@ -92,9 +98,10 @@ def _load(sink: BulkSink, lines: pa.Array) -> BulkResult:
     return sink.load(lines.to_pylist())
 
 
-def partition_loader(open_sink: SinkFactory, chunk: int) -> Callable[
+def partition_loader(open_sink: SinkFactory, chunk: int, lines_of: LinesOf) -> Callable[
         [Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The partition function: load valid lines ``chunk`` at a time, pass rejects through."""
+    """The partition function: load valid rows' lines ``chunk`` at a time, pass rejects
+    through."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         total, text = BulkResult(), pa.string()
@@ -102,14 +109,14 @@ def partition_loader(open_sink: SinkFactory, chunk: int) -> Callable[
         held = 0
         with open_sink() as sink:
             for batch in batches:
-                lines = batch.column(0)
-                text = lines.type
-                bad = batch.filter(pc.is_null(lines))
+                text = batch.column("source").type
+                valid = pc.is_valid(batch.column(0))
+                bad = batch.filter(pc.invert(valid))
                 if bad.num_rows:
                     yield _records(REJECT, bad, None, text)
-                valid = lines.drop_null()
-                pending.append(valid)
-                held += len(valid)
+                lines = lines_of(batch.filter(valid))
+                pending.append(lines)
+                held += len(lines)
                 while held >= chunk:
                     block = pa.concat_arrays(pending)
                     total += _load(sink, block.slice(0, chunk))

@@ -27,6 +27,9 @@ DUE_COLUMNS = ("job_key", "task", "bucket", "args", "due_at")
 REJECT_COLUMNS = ("source", "field", "reason")
 #: Blank as Python's str.strip sees it: Unicode white space and the separators \x1c-\x1f.
 BLANK = r"(?U)^[\s\x1c-\x1f]*$"
+#: Printable ASCII but space and backslash: JSON text of this form is already compact.
+#: (``\z``, not ``$``: Java's ``$`` also matches before a final newline.)
+COMPACT_ASCII = r"^[!-\[\]-~]*\z"
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,22 @@ def ascii_json_size(compact: Column) -> Column:
                   F.octet_length(compact)).otherwise(escaped)
 
 
+def compact_payload() -> Column:
+    """The parsed payload as compact JSON text.
+
+    A payload that is printable ASCII with no space and no backslash has no
+    white space to drop and no escape to rewrite: once it parses, it already
+    is its compact form and is kept as written (numbers as spelled, e.g.
+    ``1.50``, which decode to the same value). Re-encoding through ``to_json``
+    costs about as much as the rest of the transform, and generated and
+    machine-written payloads are nearly all of this form.
+    """
+    payload = F.col("payload")
+    parsed = F.col("payload_json")
+    return F.when(parsed.isNotNull() & payload.rlike(COMPACT_ASCII), payload).otherwise(
+        F.to_json(parsed))
+
+
 def _payload_checks(rules: Rules) -> list[Check]:
     size = ascii_json_size(F.col("payload_text"))
     return [
@@ -141,7 +160,7 @@ def check(raw: DataFrame, rules: Rules) -> DataFrame:
               *_payload_checks(rules), *_due_checks()]
     parsed = raw.select("*", F.try_parse_json("payload").alias("payload_json"),
                         F.coalesce(F.col("bucket"), _kind_bucket(rules)).alias("resolved_bucket"))
-    compact = parsed.select("*", F.to_json(F.col("payload_json")).alias("payload_text"))
+    compact = parsed.select("*", compact_payload().alias("payload_text"))
     reasoned = compact.select("*", _first_problem(checks).alias("reason"))
     return reasoned.select("*", F.substring_index("reason", ":", 1).alias("field"))
 

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from config.errors import SchemaOutOfDate
 from config.settings import load_settings
-from scheduler.store_bulk import APPLICATION_NAME, libpq_url
+from scheduler.store_bulk import APPLICATION_NAME, BulkResult, libpq_url
 from spark.generate import generate
 from spark.job import SeedReport, run_seed
 from spark.options import parse_options
@@ -109,20 +109,24 @@ def test_a_retried_partition_loads_each_row_once(
     """A partition that dies after some chunks committed, then runs again in full."""
     import pyarrow as pa
 
-    from scheduler.store_bulk import copy_line, open_bulk
-    from spark.load import COUNT, partition_loader
+    from scheduler.store_bulk import copy_line, open_bulk, register_task
+    from spark.load import COUNT, message_lines, partition_loader
 
-    lines = [copy_line((f"r-{i}", "tasks.process_message", "short", "{}",
-                        "2026-03-01T00:00:00Z")) for i in range(300)]
+    code = str(register_task(fresh_pg_url, "tasks.process_message"))
+    lines = [copy_line((f"r-{i}", code, "short", "{}", "2026-03-01T00:00:00Z"))
+             for i in range(300)]
+    schema = pa.schema([(name, pa.string()) for name in ("line", "source", "field", "reason")])
     batches = [pa.RecordBatch.from_pydict({"line": lines[i:i + 50], "source": [None] * 50,
-                                           "field": [None] * 50, "reason": [None] * 50})
+                                           "field": [None] * 50, "reason": [None] * 50},
+                                          schema=schema)
                for i in range(0, 300, 50)]
 
     def dying(after: int) -> Any:
         yield from batches[:after]
         raise ConnectionError("executor lost")
 
-    loader = partition_loader(lambda: open_bulk(fresh_pg_url), chunk=100)
+    loader = partition_loader(lambda: open_bulk(fresh_pg_url), chunk=100,
+                              lines_of=message_lines)
     with pytest.raises(ConnectionError):
         list(loader(dying(after=5)))  # chunks 0-99 and 100-199 committed, 200-249 not
     assert pg_rows(fresh_pg_url, "SELECT count(*) FROM due_jobs") == [(200,)]
@@ -189,3 +193,20 @@ def test_seeding_a_store_without_schema_names_the_command(
     with pytest.raises(SchemaOutOfDate, match="recur db upgrade"):
         seed(spark_session, tmp_path, "--generate", "10",
              "--database-url", f"sqlite:///{tmp_path / 'empty.sqlite3'}")
+
+
+def test_bulk_copy_goes_over_to_the_merge_once_a_key_is_taken(fresh_pg_url: str) -> None:
+    from scheduler.store_bulk import PostgresBulk, copy_line, register_task
+
+    code = str(register_task(fresh_pg_url, "tasks.process_message"))
+
+    def lines(*keys: str) -> list[str]:
+        return [copy_line((k, code, "short", "[]", "2026-03-01T00:00:00Z")) for k in keys]
+
+    with PostgresBulk(fresh_pg_url) as bulk:
+        assert isinstance(bulk, PostgresBulk)
+        assert bulk.load(lines("a", "b")) == BulkResult(2, 2) and bulk.direct
+        assert bulk.load(lines("b", "c", "c")) == BulkResult(3, 1) and not bulk.direct
+        assert bulk.load(lines("d")) == BulkResult(1, 1)
+    assert sorted(pg_rows(fresh_pg_url, "SELECT job_key FROM due_jobs")) == [
+        ("a",), ("b",), ("c",), ("d",)]

@@ -66,6 +66,9 @@ GOOD_LINES = [
     msg(id="g3", user_id="u3", bucket="long", payload=[1, "two", {"three": 3}]),
     msg(id="g4", user_id="u4", bucket="medium", payload="é" * 150),
     msg(id="g5", user_id="u5", bucket="short", payload="tab\there \"quoted\" back\\slash"),
+    # Already compact (kept as written) next to ids that need escaping in JSON.
+    '{"id":"g6","user_id":"u\\"6\\n","bucket":"short","payload":{"a":[1,"b",{"c":null}]}}',
+    '{"id":"g7","user_id":"u7\\\\","kind":"sync","payload":"123\\n"}',
 ]
 
 
@@ -100,6 +103,18 @@ def test_valid_rows_become_messages_that_validate_message_accepts(
         assert json.loads(row.args) == json.loads(
             encode_call(args, {}, job_key=row.job_key, bucket=row.bucket))
         assert row.task == TASK
+
+
+def test_compact_payloads_are_kept_as_written_and_others_re_encoded(
+        spark_session: SparkSession) -> None:
+    payloads = {"a": '{"n":1.50,"s":"x"}', "b": '{"n": 1, "s": "x y"}', "c": '"\\u00e9"',
+                "d": '{"n":1}\n', "e": "{nope}"}
+    table = spark_session.createDataFrame(
+        [(key, "u", "short", text) for key, text in payloads.items()],
+        "id string, user_id string, bucket string, payload string")
+    got = {r.id: (r.payload_text, r.field) for r in check(parse_table(table), RULES).collect()}
+    assert got == {"a": ('{"n":1.50,"s":"x"}', None), "b": ('{"n":1,"s":"x y"}', None),
+                   "c": ('"é"', None), "d": ('{"n":1}', None), "e": (None, "payload")}
 
 
 def test_due_jobs_rows(spark_session: SparkSession) -> None:

@@ -11,30 +11,52 @@ from pyspark.sql import SparkSession
 
 from config.settings import load_settings
 from routing.messages import validate_message
-from scheduler.store_bulk import copy_line, parse_copy_line
+from scheduler.callargs import encode_call
+from scheduler.store_bulk import copy_field, copy_line, parse_copy_line
+from spark.copy_lines import args_json, copy_escape, due_lines, json_strings
 from spark.generate import MIX, generate
 from spark.load import copy_block, store_frame
 from spark.parse import parse_json_lines
-from spark.transform import TASK, Rules, check
+from spark.transform import Rules, check
 
 CFG = load_settings({})
 RULES = Rules.from_settings(CFG)
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def test_spark_copy_line_is_store_bulk_copy_line(spark_session: SparkSession) -> None:
-    tricky = ["plain", "tab\there", "new\nline", "cr\rhere", "back\\slash", "\\t literal"]
-    docs = [json.dumps({"id": ident, "user_id": "u", "bucket": "short", "payload": ident})
-            for ident in tricky]
+def test_store_frame_lines_are_store_bulk_copy_lines(spark_session: SparkSession) -> None:
+    tricky = ["plain", "tab\there", "new\nline", "cr\rhere", "back\\slash", "\\t literal",
+              'quo"te', "ctl\x01", "é😀"]
+    docs = [json.dumps({"id": ident, "user_id": ident, "bucket": "short", "payload": ident,
+                        **({"kind": None} if i % 2 else {})})
+            for i, ident in enumerate(tricky)]
     frame = check(parse_json_lines(spark_session.createDataFrame([(d,) for d in docs],
                                                                  "value string")), RULES)
-    got = sorted(r.line for r in store_frame(frame, START, 0).collect())
+    table = store_frame(frame, START, 0).toArrow()
+    got = sorted(due_lines(batch, 7).to_pylist()[i] for batch in table.to_batches()
+                 for i in range(batch.num_rows))
     expected = sorted(copy_line((
-        ident, TASK, "short",
-        json.dumps(["u", json.loads(doc)["payload"]], separators=(",", ":"), ensure_ascii=False),
-        "2026-01-01T00:00:00.000Z")) for ident, doc in zip(tricky, docs, strict=True))
+        ident, "7", "short",
+        json.dumps([ident, ident], separators=(",", ":"), ensure_ascii=False),
+        "2026-01-01T00:00:00.000Z")) for ident in tricky)
     assert got == expected
     assert sorted(parse_copy_line(line)[0] for line in got) == sorted(tricky)
+
+
+def test_arrow_args_are_encode_call_args() -> None:
+    users = pa.array(["u", 'q"uote', "back\\slash", "new\nline", "é😀", "\x1f"])
+    kinds = pa.array([None, "sync", None, 'k"ind', None, "report"])
+    payloads = pa.array(['{"n":1}', "null", '"x"', "[1,2]", '"é"', "{}"])
+    got = args_json(users, payloads, kinds).to_pylist()
+    for text, user, kind, payload in zip(got, users.to_pylist(), kinds.to_pylist(),
+                                         payloads.to_pylist(), strict=True):
+        message = {"id": "k", "user_id": user, "payload": json.loads(payload),
+                   **({"bucket": "short"} if kind is None else {"kind": kind})}
+        stored = json.loads(encode_call([message], {}, job_key="k", bucket="short"))
+        assert text == json.dumps(stored, separators=(",", ":"), ensure_ascii=False)
+    assert json_strings(pa.array([None, "a"])).to_pylist() == [None, '"a"']
+    values = pa.array(["plain", "tab\t", "nl\ncr\r", "b\\s"])
+    assert copy_escape(values).to_pylist() == [copy_field(v) for v in values.to_pylist()]
 
 
 def test_generated_population_is_valid_deterministic_and_mixed(
