@@ -210,3 +210,45 @@ def test_bulk_copy_goes_over_to_the_merge_once_a_key_is_taken(fresh_pg_url: str)
         assert bulk.load(lines("d")) == BulkResult(1, 1)
     assert sorted(pg_rows(fresh_pg_url, "SELECT job_key FROM due_jobs")) == [
         ("a",), ("b",), ("c",), ("d",)]
+
+
+def test_two_loaders_with_the_same_keys_in_opposite_orders_load_each_once(
+        fresh_pg_url: str) -> None:
+    """Direct COPYs that meet each other's uncommitted keys wait, deadlock or hit a
+    unique violation; either way the loser goes over to the merge and nothing fails."""
+    from scheduler.store_bulk import PostgresBulk, copy_line, register_task
+
+    code = str(register_task(fresh_pg_url, "tasks.process_message"))
+    keys = [f"k-{i:05d}" for i in range(6_000)]
+    results: dict[str, BulkResult] = {}
+    merged: dict[str, bool] = {}
+    errors: list[BaseException] = []
+    start = threading.Barrier(2)
+
+    def load(name: str, order: list[str]) -> None:
+        try:
+            total = BulkResult()
+            with PostgresBulk(fresh_pg_url) as bulk:
+                assert isinstance(bulk, PostgresBulk)
+                start.wait(timeout=30)
+                for i in range(0, len(order), 1_500):
+                    total += bulk.load([copy_line((k, code, "short", "[]",
+                                                   "2026-03-01T00:00:00Z"))
+                                        for k in order[i:i + 1_500]])
+                merged[name] = not bulk.direct
+            results[name] = total
+        except BaseException as exc:  # reported below, with the other loader's outcome
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load, args=("up", keys)),
+               threading.Thread(target=load, args=("down", keys[::-1]))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert errors == [] and set(results) == {"up", "down"}
+    assert any(merged.values())  # keys met: at least one went over to the merge
+    assert sum(r.offered for r in results.values()) == 12_000
+    assert sum(r.loaded for r in results.values()) == 6_000
+    assert pg_rows(fresh_pg_url, "SELECT count(*), count(DISTINCT job_key) FROM due_jobs") == [
+        (6_000, 6_000)]
