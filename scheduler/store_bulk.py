@@ -38,7 +38,6 @@ from scheduler.store import task_codes
 #: job_key, task code (see register_task), bucket, args (JSON text), due_at
 #: (ISO-8601 text with its offset).
 DueRow = tuple[str, str, str, str, str]
-DUE_FIELDS = ("job_key", "task_id", "bucket", "args", "due_at")
 #: Shown in pg_stat_activity for the seed's connections.
 APPLICATION_NAME = "recur-seed"
 #: COPY text format: these characters are written as backslash escapes.

@@ -126,7 +126,7 @@ class LoadPlan:
 def load_plan(opts: SeedOptions, checked: DataFrame) -> LoadPlan:
     """The load of ``checked`` into the sink ``opts`` names."""
     if opts.sink == "broker":
-        return LoadPlan(sink_frame(checked, {"line": message_json(full=True)}), message_lines,
+        return LoadPlan(sink_frame(checked, {"line": message_json()}), message_lines,
                         broker_sink(opts.broker_url), opts.batch, opts.max_connections)
     check_store(opts.database_url)
     frame = store_frame(checked, opts.start or datetime.now(UTC), opts.spread)

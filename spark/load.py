@@ -26,12 +26,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from scheduler.store_bulk import BulkResult, BulkSink, PostgresBulk
-from spark.copy_lines import LINE_COLUMNS, due_lines
-from spark.transform import REJECT_COLUMNS, first_due
+from spark.copy_lines import LINE_COLUMNS, args_json, due_lines
+from spark.transform import REJECT_COLUMNS, TASK, first_due
 
 #: due_at as text PostgreSQL and Python both read, with its offset (Z).
 DUE_TEXT = "yyyy-MM-dd'T'HH:mm:ss.SSSXXX"
 COUNT, REJECT = "count", "reject"
+DUE_COLUMNS = ("job_key", "task", "bucket", "args", "due_at")
+DUE_SCHEMA = "job_key string, task string, bucket string, args string, due_at timestamp"
 
 OUTPUT_NAMES = ("record", *REJECT_COLUMNS, "offered", "loaded")
 OUTPUT_SCHEMA = ("record string, source string, field string, reason string, "
@@ -48,6 +50,26 @@ def store_frame(checked: DataFrame, start: datetime, spread_seconds: float) -> D
     value = {"job_key": F.col("id"), "bucket": F.col("resolved_bucket"),
              "due_text": F.date_format(first_due(start, spread_seconds), DUE_TEXT)}
     return sink_frame(checked, {name: value.get(name, F.col(name)) for name in LINE_COLUMNS})
+
+
+def due_jobs(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
+    """The valid rows as due-jobs rows (``DUE_COLUMNS``): the transform's output as a
+    frame, ``args`` encoded by ``spark.copy_lines`` exactly as the loader's COPY
+    lines carry it (the loader itself streams the lines, not this frame)."""
+    rows = checked.where(F.col("reason").isNull()).select(
+        F.col("id").alias("job_key"), F.lit(TASK).alias("task"),
+        F.col("resolved_bucket").alias("bucket"), "user_id", "kind", "payload_text",
+        first_due(start, spread_seconds).alias("due_at"))
+
+    def encode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            args = args_json(batch.column("user_id"), batch.column("payload_text"),
+                             batch.column("kind"))
+            yield pa.RecordBatch.from_arrays(
+                [batch.column(name) if name != "args" else args for name in DUE_COLUMNS],
+                names=list(DUE_COLUMNS))
+
+    return rows.mapInArrow(encode, DUE_SCHEMA)
 
 
 def store_lines(task_code: int) -> LinesOf:

@@ -1,6 +1,8 @@
-"""The seed job's pure transform: raw rows → checked rows → due-jobs rows and rejects.
+"""The seed job's pure transform: raw rows → checked rows and rejects, first due times.
 
-Spark columns only (no Python UDF), so it runs in the JVM at full speed. The
+Spark columns only (no Python UDF), so it runs in the JVM at full speed; the
+store's ``args`` text is assembled from these columns by ``spark.copy_lines``
+(see ``spark.load.due_jobs``). The
 rules are ``routing.messages.validate_message``'s, checked in the same order
 so a row is rejected for the same field: id and user_id non-empty strings of
 at most MAX_ID_LENGTH characters, exactly one of a known bucket or a known
@@ -23,7 +25,6 @@ from routing.messages import MAX_ID_LENGTH
 
 #: The task every seeded job runs; the scheduler publishes ``args`` to it as-is.
 TASK = "tasks.process_message"
-DUE_COLUMNS = ("job_key", "task", "bucket", "args", "due_at")
 REJECT_COLUMNS = ("source", "field", "reason")
 #: Blank as Python's str.strip sees it: Unicode white space and the separators \x1c-\x1f.
 BLANK = r"(?U)^[\s\x1c-\x1f]*$"
@@ -170,29 +171,16 @@ def rejects(checked: DataFrame) -> DataFrame:
     return checked.where(F.col("reason").isNotNull()).select(*REJECT_COLUMNS)
 
 
-def message_json(full: bool = False) -> Column:
-    """The task arguments of a checked row's message, as JSON.
+def message_json() -> Column:
+    """A checked row's task arguments for publishing it: ``{"args":[<message>]}``.
 
-    By default in the store's compact form, as ``scheduler.callargs.encode_call``
-    writes it and ``decode_call`` puts back: the array ``[user_id, payload]``
-    (``[user_id, payload, kind]`` with a kind), since the row's own columns
-    hold the message's id (the job key) and bucket; at tens of millions of
-    rows those bytes are most of a row. ``full`` gives ``{"args":[<message>]}``
-    with the whole message (for publishing it).
+    (The store keeps a shorter form, built by ``spark.copy_lines.args_json``.)
     """
-    payload = F.col("payload_text")
-    if not full:
-        # to_json escapes the strings: ["u"] and ["k"], brackets cut off here.
-        user, kind = (F.to_json(F.array(F.col(name))) for name in ("user_id", "kind"))
-        kind_item = F.when(F.col("kind").isNotNull(), F.concat(
-            F.lit(","), F.substr(kind, F.lit(2), F.length(kind) - 2))).otherwise(F.lit(""))
-        return F.concat(F.left(user, F.length(user) - 1), F.lit(","), payload, kind_item,
-                        F.lit("]"))
     # The string fields through to_json (which escapes them and drops the absent
     # bucket or kind), then the already encoded payload spliced in before the "}".
     head = F.to_json(F.struct(*[F.col(name) for name in ("id", "user_id", "bucket", "kind")]))
     return F.concat(F.lit('{"args":['), F.left(head, F.length(head) - 1),
-                    F.lit(',"payload":'), payload, F.lit("}]}"))
+                    F.lit(',"payload":'), F.col("payload_text"), F.lit("}]}"))
 
 
 def first_due(start: datetime, spread_seconds: float) -> Column:
@@ -206,19 +194,3 @@ def first_due(start: datetime, spread_seconds: float) -> Column:
     offset = F.pmod(F.xxhash64(F.col("id")), F.lit(window_ms))
     return F.coalesce(F.try_to_timestamp(F.col("due_at")),
                       F.timestamp_millis(F.lit(start_ms) + offset))
-
-
-def due_row(start: datetime, spread_seconds: float) -> list[Column]:
-    """The ``DUE_COLUMNS`` of a valid checked row; the job key is the message id."""
-    return [
-        F.col("id").alias("job_key"),
-        F.lit(TASK).alias("task"),
-        F.col("resolved_bucket").alias("bucket"),
-        message_json().alias("args"),
-        first_due(start, spread_seconds).alias("due_at"),
-    ]
-
-
-def due_jobs(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
-    """The valid rows as due-jobs rows (``DUE_COLUMNS``)."""
-    return checked.where(F.col("reason").isNull()).select(*due_row(start, spread_seconds))

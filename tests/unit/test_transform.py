@@ -15,8 +15,9 @@ from config.errors import InvalidMessage, SeedInputError
 from config.settings import load_settings
 from routing.messages import encoded_payload_size, validate_message
 from scheduler.callargs import decode_call, encode_call
+from spark.load import due_jobs
 from spark.parse import parse_json_lines, parse_table
-from spark.transform import TASK, Rules, check, due_jobs, rejects
+from spark.transform import TASK, Rules, check, rejects
 
 CFG = load_settings({})
 RULES = Rules.from_settings(CFG)
