@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +36,7 @@ from spark.load import (
 )
 from spark.options import SeedOptions, parse_options
 from spark.progress import Progress
-from spark.session import seed_session
+from spark.session import seed_session, unmeasured_arrow_batches
 from spark.transform import REJECT_COLUMNS, TASK, Rules, check, message_json
 
 REJECT_SCHEMA = ", ".join(f"{c} string" for c in REJECT_COLUMNS)
@@ -151,7 +152,9 @@ def run_seed(spark: SparkSession, opts: SeedOptions,
     rules = Rules.from_settings(settings())
     checked = check(source_frame(spark, opts, rules), rules)
     plan = load_plan(opts, checked)
-    with Progress(spark.sparkContext, emit) as progress:
+    # A generated row is under 300 bytes: its batches need no byte cap.
+    small_rows = unmeasured_arrow_batches(spark) if opts.generate else nullcontext()
+    with small_rows, Progress(spark.sparkContext, emit) as progress:
         progress.step = f"checking and loading into the {opts.sink}"
         result, output = run_loader(
             plan.frame, partition_loader(plan.open_sink, plan.chunk, plan.lines_of),

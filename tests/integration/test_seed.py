@@ -21,6 +21,7 @@ from scheduler.store_bulk import APPLICATION_NAME, BulkResult, libpq_url
 from spark.generate import generate
 from spark.job import SeedReport, run_seed
 from spark.options import parse_options
+from spark.session import ARROW_BATCH_BYTES, UNMEASURED, unmeasured_arrow_batches
 from spark.transform import Rules, check
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
@@ -43,13 +44,25 @@ def read_rejects(path: Path) -> list[dict[str, str]]:
             for line in part.read_text().splitlines()]
 
 
+def test_arrow_batches_go_unmeasured_only_inside_the_block(
+        spark_session: SparkSession) -> None:
+    before = spark_session.conf.get(ARROW_BATCH_BYTES)
+    assert before != UNMEASURED
+    with pytest.raises(RuntimeError), unmeasured_arrow_batches(spark_session):
+        assert spark_session.conf.get(ARROW_BATCH_BYTES) == UNMEASURED
+        raise RuntimeError("the block failed")
+    assert spark_session.conf.get(ARROW_BATCH_BYTES) == before
+
+
 def test_100k_generated_rows_seed_postgres_once_however_often_run(
         spark_session: SparkSession, fresh_pg_url: str, tmp_path: Path) -> None:
     argv = ("--generate", "100000", "--seed", "5", "--spread", "2h",
             "--database-url", fresh_pg_url, "--max-connections", "2")
+    cap = spark_session.conf.get(ARROW_BATCH_BYTES)
     report = seed(spark_session, tmp_path, *argv)
     assert (report.read, report.loaded, report.rejected, report.present) == (100_000, 100_000,
                                                                              0, 0)
+    assert spark_session.conf.get(ARROW_BATCH_BYTES) == cap
     generated = check(generate(spark_session, 100_000, 5, 2, RULES.kinds), RULES)
     expected = dict(Counter(r.resolved_bucket for r in generated.select(
         "resolved_bucket").collect()))
