@@ -5,7 +5,8 @@ publishing the same rows with one ``apply_async`` each, in the same run.
    ``--max-connections``) into a fresh migrated schema. Figures: rows/s and
    seconds of the job (the report line) and of the whole command (JVM start
    included), peak RSS of the driver JVM and of the whole process tree
-   (Python driver, JVM, Python workers), table + index size afterwards. Then
+   (Python driver, JVM, Python workers), CPU seconds of the JVM, the Python
+   processes and PostgreSQL (sampled from /proc), table + index size afterwards. Then
    the same seed again: every row already present, nothing duplicated.
 2. baseline: the first ``--baseline-rows`` of those rows read back and
    published one ``apply_async`` each (the app's per-message publisher
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +43,21 @@ REPORT = re.compile(r"seed: read (\d+), loaded (\d+), rejected (\d+), already pr
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def tree_rss(root: int) -> tuple[int, int]:
-    """(RSS of the whole process tree under ``root``, RSS of its biggest java process)."""
-    parents: dict[int, int] = {}
-    stats: dict[int, tuple[str, int]] = {}
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Proc:
+    name: str
+    parent: int
+    rss: int
+    cpu_seconds: float
+    started: int
+
+
+def processes() -> dict[int, Proc]:
+    """Every process's name, parent, RSS, CPU seconds used and start tick, from /proc."""
+    table: dict[int, Proc] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -54,17 +67,52 @@ def tree_rss(root: int) -> tuple[int, int]:
             continue
         name = text[text.index("(") + 1:text.rindex(")")]
         fields = text[text.rindex(")") + 2:].split()
-        parents[int(entry.name)] = int(fields[1])
-        stats[int(entry.name)] = (name, int(fields[21]) * PAGE)
+        table[int(entry.name)] = Proc(name, int(fields[1]), int(fields[21]) * PAGE,
+                                      (int(fields[11]) + int(fields[12])) / TICKS,
+                                      int(fields[19]))
+    return table
+
+
+def tree(table: dict[int, Proc], root: int) -> set[int]:
     members, changed = {root}, True
     while changed:
-        new = {pid for pid, parent in parents.items() if parent in members} - members
+        new = {pid for pid, proc in table.items() if proc.parent in members} - members
         members |= new
         changed = bool(new)
-    total = sum(stats[p][1] for p in members if p in stats)
-    java = max((stats[p][1] for p in members if p in stats and stats[p][0] == "java"),
-               default=0)
-    return total, java
+    return members & table.keys()
+
+
+def tree_rss(table: dict[int, Proc], root: int) -> tuple[int, int]:
+    """(RSS of the whole process tree under ``root``, RSS of its biggest java process)."""
+    members = tree(table, root)
+    java = max((table[p].rss for p in members if table[p].name == "java"), default=0)
+    return sum(table[p].rss for p in members), java
+
+
+class CpuMeter:
+    """CPU seconds used while the seed runs, by side: the JVM, the Python processes
+    (driver and Spark's workers) and PostgreSQL (every postgres process: backends,
+    WAL writer, checkpointer). Sampled, so a process that lives less than one
+    sample is missed (Spark's Python workers live for the whole job)."""
+
+    def __init__(self) -> None:
+        self.first = {(pid, p.started): p.cpu_seconds for pid, p in processes().items()}
+        self.last: dict[tuple[int, int], tuple[str, float]] = {}
+
+    def sample(self, table: dict[int, Proc], root: int) -> None:
+        members = tree(table, root)
+        for pid, proc in table.items():
+            side = ("postgresql" if proc.name.startswith("postgres") else
+                    "jvm" if pid in members and proc.name == "java" else
+                    "python" if pid in members else None)
+            if side is not None:
+                self.last[(pid, proc.started)] = (side, proc.cpu_seconds)
+
+    def seconds(self) -> dict[str, float]:
+        used: dict[str, float] = {}
+        for key, (side, cpu) in self.last.items():
+            used[side] = used.get(side, 0.0) + cpu - self.first.get(key, 0.0)
+        return {side: round(cpu, 1) for side, cpu in sorted(used.items())}
 
 
 def run_seed(rows: int, rejects: Path) -> dict[str, Any]:
@@ -72,13 +120,16 @@ def run_seed(rows: int, rejects: Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "tasks.cli", "seed", "--generate", str(rows), "--seed", "1",
             "--spread", "1h", "--database-url", PG_URL, "--rejects", str(rejects)]
     peak = {"tree": 0, "java": 0}
+    cpu = CpuMeter()
     started = time.monotonic()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def watch() -> None:
         while child.poll() is None:
-            tree, java = tree_rss(child.pid)
-            peak["tree"], peak["java"] = max(peak["tree"], tree), max(peak["java"], java)
+            table = processes()
+            everything, java = tree_rss(table, child.pid)
+            peak["tree"], peak["java"] = max(peak["tree"], everything), max(peak["java"], java)
+            cpu.sample(table, child.pid)
             time.sleep(0.5)
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -96,6 +147,9 @@ def run_seed(rows: int, rejects: Path) -> dict[str, Any]:
             "job_rows_per_second": round(read / job), "wall_seconds_with_jvm_start":
             round(wall, 1), "peak_rss_driver_jvm_mb": round(peak["java"] / 2**20),
             "peak_rss_process_tree_mb": round(peak["tree"] / 2**20),
+            "cpu_seconds": cpu.seconds(),
+            "cpu_us_per_row": {side: round(seconds * 1e6 / rows, 1)
+                               for side, seconds in cpu.seconds().items()},
             "progress_lines": [line for line in out.splitlines()
                                if line.startswith("seed: ") and "partitions" in line][-3:]}
 
@@ -144,7 +198,8 @@ def main() -> None:
                    f"--baseline-rows {args.baseline_rows}",
         "seed": seed, "database_after": size,
         "seed_again": {k: again[k] for k in ("read", "loaded", "already_present",
-                                            "job_seconds", "job_rows_per_second")},
+                                            "job_seconds", "job_rows_per_second",
+                                            "cpu_us_per_row")},
         "baseline_apply_async": base,
         "speedup_vs_apply_async": round(seed["job_rows_per_second"] / base["rows_per_second"], 1),
         "goal": ">= 100,000 rows/s (10M rows in under 2 minutes of load time)",

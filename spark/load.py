@@ -40,8 +40,11 @@ OUTPUT_SCHEMA = ("record string, source string, field string, reason string, "
                  "offered long, loaded long")
 
 SinkFactory = Callable[[], BulkSink]
-#: The lines to load of a batch's valid rows (those whose first column is set).
+#: The lines to load of a chunk of valid rows (those whose first column is set), in
+#: the order to load them.
 LinesOf = Callable[[pa.RecordBatch], pa.Array]
+#: The order a chunk goes into the store in: the drain index's (bucket, due_at).
+DRAIN_ORDER = [("bucket", "ascending"), ("due_text", "ascending")]
 
 
 def store_frame(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
@@ -73,8 +76,18 @@ def due_jobs(checked: DataFrame, start: datetime, spread_seconds: float) -> Data
 
 
 def store_lines(task_code: int) -> LinesOf:
-    """The COPY lines of a store sink frame's valid rows, for the task coded ``task_code``."""
-    return lambda batch: due_lines(batch, task_code)
+    """The COPY lines of a chunk of the store sink frame's valid rows, for the task
+    coded ``task_code``, sorted in the drain index's order.
+
+    Rows in their own order (due times spread by a hash) insert into random
+    pages of the ``(bucket, due_at)`` index; once it outgrows the database's
+    shared buffers, most inserts first read a page back and write one out.
+    Sorted, a chunk walks the index once.
+    """
+    def lines(chunk: pa.RecordBatch) -> pa.Array:
+        return due_lines(chunk, task_code).take(pc.sort_indices(chunk, sort_keys=DRAIN_ORDER))
+
+    return lines
 
 
 def message_lines(batch: pa.RecordBatch) -> pa.Array:
@@ -122,12 +135,12 @@ def _load(sink: BulkSink, lines: pa.Array) -> BulkResult:
 
 def partition_loader(open_sink: SinkFactory, chunk: int, lines_of: LinesOf) -> Callable[
         [Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """The partition function: load valid rows' lines ``chunk`` at a time, pass rejects
-    through."""
+    """The partition function: load valid rows ``chunk`` at a time (``lines_of`` each
+    chunk), pass rejects through."""
 
     def run(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         total, text = BulkResult(), pa.string()
-        pending: list[pa.Array] = []
+        pending: list[pa.RecordBatch] = []
         held = 0
         with open_sink() as sink:
             for batch in batches:
@@ -136,15 +149,15 @@ def partition_loader(open_sink: SinkFactory, chunk: int, lines_of: LinesOf) -> C
                 bad = batch.filter(pc.invert(valid))
                 if bad.num_rows:
                     yield _records(REJECT, bad, None, text)
-                lines = lines_of(batch.filter(valid))
-                pending.append(lines)
-                held += len(lines)
+                good = batch.filter(valid)
+                pending.append(good)
+                held += good.num_rows
                 while held >= chunk:
-                    block = pa.concat_arrays(pending)
-                    total += _load(sink, block.slice(0, chunk))
-                    pending, held = [block.slice(chunk)], held - chunk
+                    rows = pa.concat_batches(pending)
+                    total += _load(sink, lines_of(rows.slice(0, chunk)))
+                    pending, held = [rows.slice(chunk)], held - chunk
             if held:
-                total += _load(sink, pa.concat_arrays(pending))
+                total += _load(sink, lines_of(pa.concat_batches(pending)))
         yield _records(COUNT, None, total, text)
 
     return run

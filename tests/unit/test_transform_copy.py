@@ -15,13 +15,28 @@ from scheduler.callargs import encode_call
 from scheduler.store_bulk import copy_field, copy_line, parse_copy_line
 from spark.copy_lines import args_json, copy_escape, due_lines, json_strings
 from spark.generate import MIX, generate
-from spark.load import copy_block, store_frame
+from spark.load import copy_block, store_frame, store_lines
 from spark.parse import parse_json_lines
 from spark.transform import Rules, check
 
 CFG = load_settings({})
 RULES = Rules.from_settings(CFG)
 START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_a_chunk_is_loaded_in_the_drain_index_order() -> None:
+    rows = [("k3", "short", "2026-01-01T00:00:03.000Z"),
+            ("k1", "long", "2026-01-01T00:00:01.000Z"),
+            ("k2", "short", "2026-01-01T00:00:01.000Z"),
+            ("k4", "medium", "2026-01-01T00:00:00.000Z"),
+            ("k5", "long", "2026-01-01T00:00:00.500Z")]
+    chunk = pa.RecordBatch.from_pydict({
+        "job_key": [r[0] for r in rows], "bucket": [r[1] for r in rows],
+        "user_id": ["u"] * 5, "kind": pa.nulls(5, pa.string()), "payload_text": ["{}"] * 5,
+        "due_text": [r[2] for r in rows]})
+    lines = store_lines(7)(chunk).to_pylist()
+    assert sorted(lines) == sorted(due_lines(chunk, 7).to_pylist())
+    assert [parse_copy_line(line)[0] for line in lines] == ["k5", "k1", "k4", "k2", "k3"]
 
 
 def test_store_frame_lines_are_store_bulk_copy_lines(spark_session: SparkSession) -> None:
