@@ -41,8 +41,6 @@ PG_URL = ENVIRONMENT.pg_url
 REPORT = re.compile(r"seed: read (\d+), loaded (\d+), rejected (\d+), already present (\d+) "
                     r"\(store\) in ([\d.]+)s")
 PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -141,15 +139,16 @@ def run_seed(rows: int, rejects: Path) -> dict[str, Any]:
     if child.returncode != 0 or match is None:
         raise SystemExit(f"recur seed failed ({child.returncode}):\n{out[-3000:]}")
     read, loaded, rejected, present = (int(match[i]) for i in range(1, 5))
+    used = cpu.seconds()
     job = float(match[5])
     return {"command": " ".join(argv[2:]), "read": read, "loaded": loaded,
             "rejected": rejected, "already_present": present, "job_seconds": job,
             "job_rows_per_second": round(read / job), "wall_seconds_with_jvm_start":
             round(wall, 1), "peak_rss_driver_jvm_mb": round(peak["java"] / 2**20),
             "peak_rss_process_tree_mb": round(peak["tree"] / 2**20),
-            "cpu_seconds": cpu.seconds(),
+            "cpu_seconds": used,
             "cpu_us_per_row": {side: round(seconds * 1e6 / rows, 1)
-                               for side, seconds in cpu.seconds().items()},
+                               for side, seconds in used.items()},
             "progress_lines": [line for line in out.splitlines()
                                if line.startswith("seed: ") and "partitions" in line][-3:]}
 
