@@ -79,6 +79,11 @@ class Settings:
     flower_port: int = field(
         default=5555,
         metadata=_doc("Port Flower listens on (its usual one)."))
+    flower_broker_api: str = field(
+        default="",
+        metadata=_doc("RabbitMQ management API Flower reads queue depths from "
+                      "(http://user:password@host:15672/api/); empty: the broker URL's host "
+                      "and credentials on the management plugin's port, 15672."))
     destinations: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}),
         metadata=_doc("Resequencer destinations as 'name:url,name:url' (HTTP POST targets); "
@@ -173,6 +178,23 @@ class Settings:
         default=0.2,
         metadata=_doc("Seconds the scheduler sleeps when a pass moved nothing; short "
                       "enough that workers drain less than the low watermark meanwhile."))
+    metrics_port: int = field(
+        default=0,
+        metadata=_doc("Port of this process's Prometheus /metrics (worker, scheduler, "
+                      "exporter, ...); 0 turns it off. Give each process on a host its own."))
+    metrics_refresh: float = field(
+        default=15.0,
+        metadata=_doc("Seconds between the exporter's background reads of the store, queues "
+                      "and Redis; a scrape only reads the last figures, so it stays cheap at "
+                      "tens of millions of rows (docs/operations.md)."))
+    metrics_top_destinations: int = field(
+        default=10,
+        metadata=_doc("Resequencer destinations exported by name (the busiest); the rest are "
+                      "summed under destination=\"_other\", so label cardinality stays bounded."))
+    status_interval: float = field(
+        default=60.0,
+        metadata=_doc("Seconds between the scheduler's INFO summary lines (dispatched, pulled "
+                      "forward, recovered, lag); per-pass lines are DEBUG."))
 
     @property
     def results_url(self) -> str:
@@ -220,9 +242,10 @@ POSITIVE = frozenset({
     "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
     "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
     "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
-    "send_timeout", "send_backoff", "send_backoff_max"})
+    "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
+    "metrics_top_destinations", "status_interval"})
 NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
-                          "lock_chain_seconds"})
+                          "lock_chain_seconds", "metrics_port"})
 AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})
 CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
 
@@ -238,6 +261,9 @@ def _check(values: dict[str, Any]) -> None:
             raise ValueError(f"{name} must be at least 1")
         if name in CHOICES and value not in CHOICES[name]:
             raise ValueError(f"{name} must be {' or '.join(map(repr, CHOICES[name]))}")
+    if values.get("metrics_port", 0) > 65535:
+        raise ValueError("metrics_port must be a TCP port (0 turns metrics off)")
+    _check_database_url(values.get("database_url", "sqlite://"))
     module, _, function = values.get("reseq_processor", "").partition(":")
     if (module or function) and not (module.strip() and function.strip()):
         raise ValueError("reseq_processor must be 'module:function'")
@@ -247,23 +273,66 @@ def _check(values: dict[str, Any]) -> None:
                              f"(buckets: {', '.join(BUCKETS_BY_NAME)})")
 
 
-def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Read settings from ``environ`` (default: the process environment)."""
+def _check_database_url(url: str) -> None:
+    """Refuse URLs SQLAlchemy would fail on late and obscurely, with the fix."""
+    scheme = url.partition("://")[0]
+    if scheme in ("postgres", "postgresql", "postgresql+psycopg2"):
+        fixed = _masked("postgresql+psycopg://" + url.partition("://")[2])
+        raise ValueError(f"use {fixed} (recur talks to PostgreSQL through psycopg 3; "
+                         f"SQLAlchemy has no driver for {scheme}://)")
+    if not url.startswith(("sqlite:", "postgresql+psycopg:")):
+        raise ValueError("must be sqlite:///<file> or postgresql+psycopg://user@host/db")
+
+
+def problems(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Parse every ``RECUR_`` variable: (values that parsed, one line per bad variable).
+
+    All of them at once, so ``recur settings`` can list every mistake in one go.
+    """
     env = os.environ if environ is None else environ
     known = {f.name: f for f in fields(Settings)}
     values: dict[str, Any] = {}
-    for var, raw in env.items():
+    bad: list[str] = []
+    for var, raw in sorted(env.items()):
         if not var.startswith(PREFIX):
             continue
         name = var[len(PREFIX):].lower()
         if name not in known:
-            raise ConfigError(f"{var}: unknown setting (known: "
-                              f"{', '.join(PREFIX + n.upper() for n in known)})")
+            bad.append(f"{var}: unknown setting (see `recur settings` for the known ones)")
+            continue
         try:
-            values[name] = _parse(name, known[name].type, raw)
-            _check({name: values[name]})
+            value = _parse(name, known[name].type, raw)
+            _check({name: value})
         except ValueError as exc:
-            raise ConfigError(f"{var}={raw!r}: {exc}") from exc
+            bad.append(f"{var}={_masked(raw)!r}: {_plain(exc)}")
+            continue
+        values[name] = value
+    return values, bad
+
+
+def _plain(exc: ValueError) -> str:
+    """int()/float()'s message, said for a setting."""
+    text = str(exc)
+    if text.startswith(("invalid literal for int()", "could not convert string to float")):
+        return "not a number" if "float" in text else "not a whole number"
+    return text
+
+
+def _masked(raw: str) -> str:
+    """A URL's password replaced by ***, so an error line can be shown and logged."""
+    head, sep, rest = raw.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if sep and at and ":" in userinfo:
+        return f"{head}://{userinfo.partition(':')[0]}:***@{host}"
+    return raw
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read settings from ``environ`` (default: the process environment)."""
+    values, bad = problems(environ)
+    if bad:
+        raise ConfigError("; ".join(bad) if len(bad) == 1 else
+                          f"{len(bad)} bad settings: " + "; ".join(bad))
     return Settings(**values)
 
 

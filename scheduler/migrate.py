@@ -57,8 +57,26 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     return current_revision(engine) or ""
 
 
+def missing_sqlite_file(engine: Engine) -> Path | None:
+    """The SQLite file ``engine`` would create by connecting (None: exists, or not SQLite)."""
+    name = engine.url.database
+    if engine.dialect.name != "sqlite" or not name or name == ":memory:" or name.startswith(
+            "file:"):
+        return None
+    path = Path(name)
+    return None if path.exists() else path
+
+
 def check_schema(engine: Engine) -> None:
-    """Raise SchemaOutOfDate unless the database is at the newest revision."""
+    """Raise SchemaOutOfDate unless the database is at the newest revision.
+
+    Never creates a database: a SQLite file that does not exist is reported as
+    such (connecting would create an empty one in the current directory).
+    """
+    missing = missing_sqlite_file(engine)
+    if missing is not None:
+        raise SchemaOutOfDate(f"due-jobs store {engine.url}: {missing.resolve()} does not "
+                              f"exist: run `recur db upgrade` to create it")
     have, want = current_revision(engine), head_revision()
     if have != want:
         raise SchemaOutOfDate(f"due-jobs schema of {engine.url!r} is at revision "

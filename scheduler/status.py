@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 from config.buckets import BUCKETS
@@ -12,17 +12,24 @@ from scheduler.store import BucketStats, DueStore
 
 @dataclass(frozen=True)
 class BucketStatus:
-    """One bucket's line of ``recur status``."""
+    """One bucket's line of ``recur status`` (None: that service could not be read)."""
 
     bucket: str
-    scheduled: int
-    due_now: int
-    lag_seconds: float
-    dispatched: int
-    expired_leases: int
-    leases_recovered: int
-    dead_lettered: int
+    scheduled: int | None
+    due_now: int | None
+    lag_seconds: float | None
+    dispatched: int | None
+    expired_leases: int | None
+    leases_recovered: int | None
+    #: Poison jobs the scheduler moved to the dead-letter queue (store counter).
+    dead_lettered: int | None
     queue_depth: int | None
+    #: Messages in the bucket's dead-letter queue now, whoever put them there.
+    dead_queue: int | None = None
+
+
+def with_dead_queue(row: BucketStatus, depth: int | None) -> BucketStatus:
+    return replace(row, dead_queue=depth)
 
 
 def bucket_status(stats: BucketStats | None, bucket: str, now: datetime,
@@ -48,11 +55,17 @@ HEADER = (f"{'bucket':<8}{'scheduled':>11}{'due now':>9}{'lag s':>9}{'dispatched
           f"{'expired':>9}{'recovered':>11}{'dead':>7}{'queue':>8}")
 
 
+def _cell(value: float | None, width: int, digits: int = 0) -> str:
+    text = "?" if value is None else f"{value:.{digits}f}" if digits else str(value)
+    return f"{text:>{width}}"
+
+
 def as_table(rows: list[BucketStatus]) -> str:
+    """The table; ``dead`` is the dead-letter queue's depth, ``?`` what could not be read."""
     lines = [HEADER]
     for r in rows:
-        depth = "?" if r.queue_depth is None else str(r.queue_depth)
-        lines.append(f"{r.bucket:<8}{r.scheduled:>11}{r.due_now:>9}{r.lag_seconds:>9.1f}"
-                     f"{r.dispatched:>12}{r.expired_leases:>9}{r.leases_recovered:>11}"
-                     f"{r.dead_lettered:>7}{depth:>8}")
+        lines.append(f"{r.bucket:<8}{_cell(r.scheduled, 11)}{_cell(r.due_now, 9)}"
+                     f"{_cell(r.lag_seconds, 9, 1)}{_cell(r.dispatched, 12)}"
+                     f"{_cell(r.expired_leases, 9)}{_cell(r.leases_recovered, 11)}"
+                     f"{_cell(r.dead_queue, 7)}{_cell(r.queue_depth, 8)}")
     return "\n".join(lines)

@@ -11,14 +11,13 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import asdict
 from typing import Any
 
 import click
 
 from config.buckets import BUCKETS_BY_NAME, Bucket
-from config.errors import ConfigError, RecurError
-from config.settings import describe, settings
+from config.errors import ConfigError
+from config.settings import settings
 
 
 def celery_executable() -> str:
@@ -46,7 +45,25 @@ def flower_env() -> dict[str, str]:
     if not cfg.flower_user or not cfg.flower_password:
         raise ConfigError("RECUR_FLOWER_USER and RECUR_FLOWER_PASSWORD must be set: "
                           "Flower never runs without authentication")
-    return {**os.environ, "FLOWER_BASIC_AUTH": f"{cfg.flower_user}:{cfg.flower_password}"}
+    return {**os.environ, "FLOWER_BASIC_AUTH": f"{cfg.flower_user}:{cfg.flower_password}",
+            "FLOWER_BROKER_API": broker_api(cfg.broker_url, cfg.flower_broker_api)}
+
+
+def broker_api(broker_url: str, configured: str = "") -> str:
+    """The RabbitMQ management API URL Flower shows queues from."""
+    if configured:
+        return configured
+    from urllib.parse import urlsplit
+
+    url = urlsplit(broker_url)
+    userinfo = url.netloc.rpartition("@")[0] or "guest:guest"
+    return f"http://{userinfo}@{url.hostname or 'localhost'}:15672/api/"
+
+
+def flower_argv(celery_args: tuple[str, ...]) -> list[str]:
+    """Flower through tasks.flower_main (/metrics behind auth, every queue listed)."""
+    return [sys.executable, "-m", "tasks.flower_main", "-A", "tasks", "flower",
+            f"--port={settings().flower_port}", *celery_args]
 
 
 def bucket_arg(_ctx: Any, _param: Any, value: str) -> Bucket:
@@ -60,8 +77,11 @@ def bucket_arg(_ctx: Any, _param: Any, value: str) -> Bucket:
 
 
 @click.group()
-def cli() -> None:
+@click.option("--debug", is_flag=True,
+              help="Show the traceback of an error, not only its one line.")
+def cli(debug: bool) -> None:
     """recur: recurring Celery work at scale."""
+    # config.entry reads --debug itself: it must work for errors raised before click runs.
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -78,8 +98,7 @@ def worker(bucket: Bucket, celery_args: tuple[str, ...]) -> None:
 def flower(celery_args: tuple[str, ...]) -> None:
     """Run Flower behind basic auth (RECUR_FLOWER_USER / RECUR_FLOWER_PASSWORD)."""
     env = flower_env()
-    argv = [celery_executable(), "-A", "tasks", "flower",
-            f"--port={settings().flower_port}", *celery_args]
+    argv = flower_argv(celery_args)
     os.execve(argv[0], argv, env)
 
 
@@ -88,17 +107,19 @@ def topology() -> None:
     """Declare every bucket queue and dead-letter queue on the broker."""
     from routing.queues import declare_topology
     from tasks.app import app
+    from tasks.broker_ops import broker_connection
 
-    with app.connection_for_write() as conn:
+    with broker_connection(app) as conn:
         for name in declare_topology(conn, settings()):
             click.echo(f"declared {name}")
 
 
 @cli.command("settings")
 def show_settings() -> None:
-    """Print every setting: variable, default and why."""
-    for var, default, doc in describe():
-        click.echo(f"{var}={default}\n    {doc}")
+    """Print every setting: variable, default and why; then every bad RECUR_ variable."""
+    from config.entry import settings_report
+
+    sys.exit(settings_report())
 
 
 @cli.group()
@@ -114,18 +135,18 @@ def dead_list(bucket: Bucket, limit: int, as_json: bool) -> None:
     """Show dead messages of BUCKET with why they died."""
     from routing.deadletter import list_dead
     from tasks.app import app
+    from tasks.broker_ops import broker_connection, stored_error
 
-    def error_of(task_id: str) -> str:
-        result = app.AsyncResult(task_id)
-        return repr(result.result) if result.state == "FAILURE" else ""
-
-    with app.connection_for_write() as conn:
-        for d in list_dead(conn, bucket, error_of, limit):
-            if as_json:
-                click.echo(json.dumps(d.__dict__, default=str))
-            else:
-                click.echo(f"{d.task_id} {d.task} reason={d.reason} from={d.from_queue} "
-                           f"error={d.error or '-'} message={json.dumps(d.args, default=str)}")
+    with broker_connection(app) as conn:
+        found = list_dead(conn, bucket, lambda task_id: stored_error(app, task_id), limit)
+    for d in found:
+        if as_json:
+            click.echo(json.dumps(d.__dict__, default=str))
+        else:
+            click.echo(f"{d.task_id} {d.task} reason={d.reason} from={d.from_queue} "
+                       f"error={d.error or '-'} message={json.dumps(d.args, default=str)}")
+    if not found and not as_json:
+        click.echo(f"{bucket.dead_queue} is empty: no dead messages")
 
 
 @dead.command("replay")
@@ -135,8 +156,9 @@ def dead_replay(bucket: Bucket, limit: int) -> None:
     """Move dead messages of BUCKET back to its queue."""
     from routing.deadletter import replay_dead
     from tasks.app import app
+    from tasks.broker_ops import broker_connection
 
-    with app.connection_for_write() as conn:
+    with broker_connection(app) as conn:
         click.echo(f"replayed {replay_dead(conn, bucket, limit)} message(s) to {bucket.queue}")
 
 
@@ -155,36 +177,13 @@ def scheduler() -> None:
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for machines.")
 def status(as_json: bool) -> None:
-    """Per bucket: jobs scheduled, due now, lag, dispatched, leases, queue depth."""
-    from scheduler import status as st
-    from scheduler.calls import utcnow
-    from scheduler.publisher import ConfirmingPublisher
-    from scheduler.store import DueStore
+    """Per bucket: scheduled, due now, lag, dispatched, leases, dead, queue depth.
 
-    cfg = settings()
-    store = DueStore.open(cfg.database_url)
-    publisher = ConfirmingPublisher(cfg.broker_url, "")
-    try:
-        depths: dict[str, int | None] = {}
-        for b in BUCKETS_BY_NAME.values():
-            try:
-                depths[b.queue] = publisher.depth(b.queue)
-            except RecurError as exc:
-                click.echo(f"recur: queue depth of {b.queue} unknown: {exc}", err=True)
-                depths[b.queue] = None
-        rows = st.collect(store, depths, utcnow())
-    finally:
-        publisher.close()
-        store.close()
-    destinations = resequencer_statuses(())
-    if as_json:
-        doc = json.loads(st.as_json(rows))
-        doc["destinations"] = [asdict(d) for d in destinations]
-        click.echo(json.dumps(doc))
-        return
-    click.echo(st.as_table(rows))
-    for d in destinations:
-        click.echo(destination_line(d))
+    Exit code 2 when the store, the broker or Redis cannot be read.
+    """
+    from tasks.status_report import run
+
+    sys.exit(run(settings(), as_json))
 
 
 @cli.group()
@@ -246,9 +245,13 @@ def resequencer_status(destinations: tuple[str, ...], show_skipped: int) -> None
     """Per destination: next sequence to send, buffered, in flight, sent, skipped."""
     from routing.resequencer import Resequencer
     from tasks.redis_conn import get_redis
+    from tasks.status_report import destination_line
 
     reseq = Resequencer(get_redis(), settings())
-    for s in resequencer_statuses(destinations):
+    found = resequencer_statuses(destinations)
+    if not found:
+        click.echo("no resequencer destinations yet")
+    for s in found:
         click.echo(destination_line(s))
         for record in reseq.skipped(s.destination, show_skipped) if show_skipped else []:
             click.echo(f"  skipped seq={record['seq']} id={record['id']} {record['reason']}")
@@ -263,20 +266,11 @@ def resequencer_statuses(destinations: tuple[str, ...]) -> list[Any]:
     return [reseq.status(name) for name in destinations or reseq.destinations()]
 
 
-def destination_line(s: Any) -> str:
-    """One destination's status on one line."""
-    return (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
-            f"buffered={s.buffered} in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} "
-            f"late={s.late} sender={'running' if s.sender_active else 'idle'}")
-
-
 def main() -> None:
-    """Console-script entry point: our errors become one clear line and exit code 2."""
-    try:
-        cli(standalone_mode=True)
-    except RecurError as exc:
-        click.echo(f"recur: {exc}", err=True)
-        sys.exit(2)
+    """Console-script entry point (config.entry: one error line, exit code 2)."""
+    from config.entry import main as entry_main
+
+    entry_main()
 
 
 if __name__ == "__main__":

@@ -75,7 +75,7 @@ def spawn(name: str, argv: list[str], log_dir: Path, env: Mapping[str, str] | No
 
 def recur_argv(*args: str) -> list[str]:
     """Command line running ``recur <args>`` with this interpreter."""
-    return [sys.executable, "-m", "tasks.cli", *args]
+    return [sys.executable, "-m", "config.entry", *args]
 
 
 def wait_for_worker(app: Celery, child: Child, nodename: str, timeout: float = 60.0) -> None:

@@ -1,0 +1,125 @@
+"""``recur status``: what the store, the broker and Redis hold, and whether each answered.
+
+Every service is asked even when another failed, so the table shows what could be
+read ("?" for the rest). Each service that could not be read is one ``recur: …``
+line on stderr and makes the exit code 2; queues that do not exist yet are one
+readable line (not a failure: ``recur topology`` declares them). Reading never
+creates anything: no database file, no queue.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import click
+
+from config.buckets import BUCKETS
+from config.entry import EXIT_ERROR, one_line
+from config.errors import RecurError
+from config.settings import Settings
+from routing.queues import QueueStats, inspect_queues, missing_queues_line
+from scheduler import status as st
+
+
+@dataclass
+class Report:
+    """What ``recur status`` found, and what it could not read."""
+
+    buckets: list[st.BucketStatus] = field(default_factory=list)
+    destinations: list[Any] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _failure(exc: Exception) -> str:
+    line = one_line(exc)
+    if line is None:
+        raise exc
+    return line
+
+
+def read_queues(cfg: Settings, report: Report) -> dict[str, QueueStats | None]:
+    names = [n for b in BUCKETS for n in (b.queue, b.dead_queue)]
+    try:
+        found = inspect_queues(cfg.broker_url, names)
+    except RecurError as exc:
+        report.failures.append(_failure(exc))
+        return {}
+    note = missing_queues_line(found)
+    if note:
+        report.notes.append(note)
+    return found
+
+
+def read_store(cfg: Settings, report: Report,
+               queues: dict[str, QueueStats | None]) -> None:
+    from scheduler.calls import utcnow
+    from scheduler.store import DueStore
+
+    def depth(name: str) -> int | None:
+        stats = queues.get(name)
+        return None if stats is None else stats.messages
+
+    depths = {b.queue: depth(b.queue) for b in BUCKETS}
+    dead = {b.name: depth(b.dead_queue) for b in BUCKETS}
+    try:
+        store = DueStore.open(cfg.database_url)
+        try:
+            rows = st.collect(store, depths, utcnow())
+        finally:
+            store.close()
+    except Exception as exc:
+        report.failures.append(_failure(exc))
+        rows = [st.BucketStatus(b.name, None, None, None, None, None, None, None,
+                                depths[b.queue]) for b in BUCKETS]
+    report.buckets = [st.with_dead_queue(r, dead.get(r.bucket)) for r in rows]
+
+
+def read_destinations(cfg: Settings, report: Report) -> None:
+    from routing.resequencer import Resequencer
+    from tasks.redis_conn import get_redis
+
+    try:
+        reseq = Resequencer(get_redis(), cfg)
+        report.destinations = [reseq.status(name) for name in reseq.destinations()]
+    except Exception as exc:
+        report.failures.append(_failure(exc))
+
+
+def collect(cfg: Settings) -> Report:
+    report = Report()
+    queues = read_queues(cfg, report)
+    read_store(cfg, report, queues)
+    read_destinations(cfg, report)
+    return report
+
+
+def destination_line(s: Any) -> str:
+    """One destination's status on one line."""
+    return (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
+            f"buffered={s.buffered} in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} "
+            f"late={s.late} sender={'running' if s.sender_active else 'idle'}")
+
+
+def run(cfg: Settings, as_json: bool) -> int:
+    """Print the status; the exit code is 2 when a service could not be read."""
+    report = collect(cfg)
+    if as_json:
+        doc = json.loads(st.as_json(report.buckets))
+        doc["destinations"] = [asdict(d) for d in report.destinations]
+        doc["errors"] = report.failures
+        doc["notes"] = report.notes
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(st.as_table(report.buckets))
+        for d in report.destinations:
+            click.echo(destination_line(d))
+        if not report.destinations and not report.failures:
+            click.echo("no resequencer destinations yet")
+    for line in report.notes + report.failures:
+        click.echo(f"recur: {line}", err=True)
+    sys.stderr.flush()
+    return EXIT_ERROR if report.failures else 0
