@@ -19,6 +19,7 @@ from config.errors import InvalidSchedule
 from config.settings import Settings
 from routing.messages import validate_message
 from scheduler.callargs import encode_call, message_of
+from scheduler.metrics import STALE_DROPPED
 from scheduler.store import Job, get_store
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,7 @@ class StoreCall:
                                     utcnow(), args=job.args)
         request.recur_settled = True  # this run decided its row's fate: no finish
         if not accepted:
+            STALE_DROPPED.labels("reschedule").inc()
             log.warning("job %s: not rescheduled, token %d is stale (the job was dispatched "
                         "again); leaving it to its live copy", job.job_key,
                         self.reschedule_of.token)
@@ -186,6 +188,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     if not dispatch.matches(live):  # maybe its dispatch is still committing: wait for it
         live = store.live_dispatch(dispatch.job_key, wait=True)
     if not dispatch.matches(live):
+        STALE_DROPPED.labels("run").inc()
         log.warning("dropping stale duplicate of job %s: it carries token %d (lease %s), the "
                     "job's live dispatch is %s", dispatch.job_key, dispatch.token,
                     dispatch.lease_us, "none" if live is None else
@@ -194,6 +197,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     result = run()
     if not getattr(request, "recur_settled", False) and not store.finish(
             dispatch.job_key, dispatch.token):
+        STALE_DROPPED.labels("finish").inc()
         log.warning("job %s: finished, but token %d is stale: the job was dispatched again "
                     "meanwhile", dispatch.job_key, dispatch.token)
     return result

@@ -27,6 +27,7 @@ from scheduler.calls import utcnow
 from scheduler.periodic import PeriodicEntry, entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.store import DueStore
+from scheduler.summary import Summary
 
 log = logging.getLogger("recur.scheduler")
 
@@ -68,6 +69,11 @@ class Scheduler:
     _lanes: list[ConfirmingPublisher] = field(default_factory=list)
     _pool: ThreadPoolExecutor | None = None
     _pool_size: int = 0
+    summary: Summary | None = None
+
+    def __post_init__(self) -> None:
+        if self.summary is None:
+            self.summary = Summary(self.cfg.status_interval)
 
     @property
     def pull_forward(self) -> set[str]:
@@ -95,12 +101,21 @@ class Scheduler:
                 self.stopping.wait(wait)
                 continue
             backoff.reset()
+            assert self.summary is not None
+            self.summary.maybe_log(self.lags)
             if not moved:
                 self.stopping.wait(self.cfg.scheduler_interval)
         self.close_publishers()
         if self._pool is not None:
             self._pool.shutdown()
         log.info("scheduler stopped")
+
+    def lags(self) -> dict[str, float]:
+        """Per bucket, seconds the oldest due job has waited (0: nothing due)."""
+        now = utcnow()
+        heads = self.store.heads([b.name for b in BUCKETS], now, due_cap=1)
+        return {b: max(0.0, (now - h.oldest_scheduled_at).total_seconds())
+                if h.oldest_scheduled_at is not None else 0.0 for b, h in heads.items()}
 
     def close_publishers(self) -> None:
         for publisher in (self.publisher, *self._lanes):
@@ -118,8 +133,10 @@ class Scheduler:
         recovered = self.store.recover_expired(now, self.cfg.drain_batch,
                                                self.cfg.max_deliveries)
         if recovered:
-            log.warning("leases expired, dispatching again: %s",
-                        ", ".join(f"{b}={n}" for b, n in sorted(recovered.items())))
+            log.debug("leases expired, dispatching again: %s",
+                      ", ".join(f"{b}={n}" for b, n in sorted(recovered.items())))
+        assert self.summary is not None
+        self.summary.leases(recovered, dead)
         moved = sum(recovered.values()) + sum(dead.values())
         fired = self.store.fire_periodic(now)
         if fired:
@@ -135,14 +152,17 @@ class Scheduler:
         depth = self.publisher.depth(bucket.queue)
         if depth >= self.cfg.low_watermark:
             return 0
+        assert self.summary is not None
         sent = self.dispatch(bucket, self.cfg.high_watermark - depth, now, early=False)
         if sent:
-            log.info("%s: queue had %d ready, dispatched %d due", bucket.name, depth, sent)
+            log.debug("%s: queue had %d ready, dispatched %d due", bucket.name, depth, sent)
+            self.summary.dispatched(bucket.name, sent, early=False)
         elif bucket.name in self.pull_forward:
             sent = self.dispatch(bucket, self.cfg.low_watermark - depth, now, early=True)
             if sent:
-                log.info("%s: idle (%d ready, nothing due), pulled %d future jobs forward",
-                         bucket.name, depth, sent)
+                log.debug("%s: idle (%d ready, nothing due), pulled %d future jobs forward",
+                          bucket.name, depth, sent)
+                self.summary.dispatched(bucket.name, sent, early=True)
         return sent
 
     def dispatch(self, bucket: Bucket, room: int, now: datetime, *, early: bool) -> int:

@@ -600,6 +600,54 @@ class DueStore:
         return found
 
 
+    def heads(self, buckets: Sequence[str], now: datetime, due_cap: int
+              ) -> dict[str, BucketHead]:
+        """Per bucket what the exporter reads often: each read is bounded, never a full scan.
+
+        Oldest scheduled row: the first entry of the partial drain index. Due rows:
+        counted through that index up to ``due_cap``. Dispatched rows: the lease index
+        (as many as are in flight, bounded by the watermarks). Counters: a tiny table.
+        """
+        scheduled = and_(due_jobs.c.bucket == bindparam("bucket"), due_jobs.c.state == SCHEDULED)
+        # oldest_scheduled: the drain index's first entry for the bucket.
+        oldest = select(due_jobs.c.due_at).where(scheduled).order_by(due_jobs.c.due_at).limit(1)
+        # due_capped: due rows counted through the drain index, at most due_cap.
+        due_rows = select(due_jobs.c.job_key).where(
+            scheduled, due_jobs.c.due_at <= bindparam("now", type_=UtcDateTime())
+        ).limit(bindparam("cap")).subquery()
+        due = select(func.count()).select_from(due_rows)
+        # dispatched_per_bucket: rows in flight, through the lease index.
+        leased = (select(due_jobs.c.bucket, func.count()).where(due_jobs.c.state == DISPATCHED)
+                  .group_by(due_jobs.c.bucket))
+        totals = select(due_counters.c.bucket, due_counters.c.name, due_counters.c.value)
+        found: dict[str, BucketHead] = {}
+        with self._tx("read the buckets' heads") as conn:
+            in_flight = {str(b): int(n) for b, n in conn.execute(leased)}
+            counters = {(str(b), str(n)): int(v) for b, n, v in conn.execute(totals)}
+            for bucket in buckets:
+                first = conn.execute(oldest, {"bucket": bucket}).scalar()
+                count = conn.execute(due, {"bucket": bucket, "now": now, "cap": due_cap}).scalar()
+                found[bucket] = BucketHead(
+                    bucket, first, int(count or 0), int(count or 0) >= due_cap,
+                    in_flight.get(bucket, 0), counters.get((bucket, RECOVERED), 0),
+                    counters.get((bucket, DEAD_LETTERED), 0))
+        return found
+
+
+@dataclass(frozen=True)
+class BucketHead:
+    """A bucket at a glance, read cheaply (:meth:`DueStore.heads`)."""
+
+    bucket: str
+    oldest_scheduled_at: datetime | None
+    due: int
+    #: ``due`` reached the cap: there are at least that many.
+    due_capped: bool
+    dispatched: int
+    recovered: int
+    dead_lettered: int
+
+
 def task_codes(conn: Connection, names: Iterable[str]) -> dict[str, int]:
     """Every registered task name's code, after registering ``names`` that are new."""
     known = {str(n): int(c) for c, n in conn.execute(select(due_tasks.c.code, due_tasks.c.name))}

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from amqp.exceptions import NotFound
 from celery import Celery
 
 from config.errors import BrokerUnavailable
@@ -24,6 +25,9 @@ def broker_connection(app: Celery) -> Iterator[Any]:
                                     f"{type(exc).__name__}: {exc}") from exc
         try:
             yield conn
+        except NotFound as exc:
+            raise BrokerUnavailable(f"broker {conn.as_uri()}: {exc.reply_text}: run "
+                                    f"`recur topology` to declare the queues") from exc
         except (*conn.connection_errors, *conn.channel_errors) as exc:
             raise BrokerUnavailable(f"broker {conn.as_uri()}: {type(exc).__name__}: "
                                     f"{exc}") from exc

@@ -90,7 +90,18 @@ def cli(debug: bool) -> None:
 def worker(bucket: Bucket, celery_args: tuple[str, ...]) -> None:
     """Run a worker for BUCKET (extra arguments go to celery worker)."""
     argv = worker_argv(bucket, celery_args)
-    os.execv(argv[0], argv)
+    os.execve(argv[0], argv, worker_env())
+
+
+def worker_env() -> dict[str, str]:
+    """With RECUR_METRICS_PORT, a fresh directory where the prefork children's metrics meet."""
+    if not settings().metrics_port:
+        return dict(os.environ)
+    import tempfile
+
+    from tasks.metrics.serve import MULTIPROC_ENV
+
+    return {**os.environ, MULTIPROC_ENV: tempfile.mkdtemp(prefix="recur-worker-metrics-")}
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -168,10 +179,24 @@ def scheduler() -> None:
     import logging
 
     from scheduler.drain import run_scheduler
+    from tasks.metrics.serve import serve_metrics
 
     logging.basicConfig(level=settings().log_level,
                         format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
+    serve_metrics(settings(), what="scheduler")
     run_scheduler(settings())
+
+
+@cli.command()
+def exporter() -> None:
+    """Export the system-wide Prometheus gauges on RECUR_METRICS_PORT (one per deployment)."""
+    import logging
+
+    from tasks.metrics.exporter import run_exporter
+
+    logging.basicConfig(level=settings().log_level,
+                        format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
+    run_exporter(settings())
 
 
 @cli.command()

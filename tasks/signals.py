@@ -22,7 +22,11 @@ def declare_queues_before_consuming(sender: Any = None, instance: Any = None,
     app = instance.app if instance is not None else None
     if app is None:
         return
+    def waiting(exc: Exception, interval: float) -> None:
+        log.warning("broker %s unreachable: %s; worker waiting for it, next try in %.0fs",
+                    conn.as_uri(), exc, interval)
+
     with app.connection_for_write() as conn:
-        conn.ensure_connection(max_retries=10)
+        conn.ensure_connection(errback=waiting, max_retries=10)
         names = declare_topology(conn, settings())
     log.info("declared queues: %s", ", ".join(names))

@@ -1,0 +1,24 @@
+"""Per-process Prometheus counters of the scheduler and of the workers' job settling.
+
+Each process counts what it did itself; Prometheus sums over processes
+(``sum(rate(recur_scheduler_dispatched_total[1m]))`` is the system's dispatch
+rate). The system-wide gauges (backlog, lag, queues) are the exporter's:
+tasks/metrics/system.py.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+DISPATCHED = Counter("recur_scheduler_dispatched",
+                     "Jobs the scheduler published, by bucket and why (due, or early: "
+                     "pulled forward for idle workers).", ["bucket", "kind"])
+LEASES_RECOVERED = Counter("recur_scheduler_leases_recovered",
+                           "Dispatched jobs whose lease ran out, put back to be dispatched "
+                           "again.", ["bucket"])
+DEAD_LETTERED = Counter("recur_scheduler_dead_lettered",
+                        "Jobs whose lease ran out max_deliveries times, moved to the "
+                        "dead-letter queue.", ["bucket"])
+STALE_DROPPED = Counter("recur_stale_copies_dropped",
+                        "Dispatched copies a worker dropped or left unsettled because the job "
+                        "was dispatched again meanwhile (their token was stale).", ["action"])
