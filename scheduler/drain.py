@@ -113,7 +113,10 @@ class Scheduler:
     def lags(self) -> dict[str, float]:
         """Per bucket, seconds the oldest due job has waited (0: nothing due)."""
         now = utcnow()
-        heads = self.store.heads([b.name for b in BUCKETS], now, due_cap=1)
+        try:
+            heads = self.store.heads([b.name for b in BUCKETS], now, due_cap=1)
+        except ServiceUnavailable:
+            return {}  # the next pass reports the outage
         return {b: max(0.0, (now - h.oldest_scheduled_at).total_seconds())
                 if h.oldest_scheduled_at is not None else 0.0 for b, h in heads.items()}
 
