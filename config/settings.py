@@ -314,7 +314,7 @@ def _plain(exc: ValueError) -> str:
     """int()/float()'s message, said for a setting."""
     text = str(exc)
     if text.startswith(("invalid literal for int()", "could not convert string to float")):
-        return "not a number" if "float" in text else "not a whole number"
+        return f"{'not a number' if 'float' in text else 'not a whole number'} ({text})"
     return text
 
 

@@ -1,0 +1,110 @@
+"""Every command ends a failure with one line ``recur: …`` and exit code 2, never a traceback.
+
+Each case runs the real CLI as a subprocess against the real services (or a port
+where nothing listens), in an empty directory.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tasks.processes import recur_argv
+from tests.support import services
+
+pytestmark = pytest.mark.services
+
+CLOSED = services.free_port()  # nothing listens here
+PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def run_recur(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RECUR_")}
+    full.update({**services.test_environment(), **env})
+    return subprocess.run(recur_argv(*args), env=full, cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def error_lines(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+CASES = {
+    "malformed number": (["status"], {"RECUR_MAX_PAYLOAD_BYTES": "1k"},
+                         "RECUR_MAX_PAYLOAD_BYTES='1k': not a whole number"),
+    "out of bounds": (["dead", "list", "short"], {"RECUR_MAX_DELIVERIES": "0"},
+                      "RECUR_MAX_DELIVERIES"),
+    "unknown setting": (["topology"], {"RECUR_BROKR_URL": "amqp://x"}, "RECUR_BROKR_URL"),
+    "postgres:// URL": (["db", "upgrade"],
+                        {"RECUR_DATABASE_URL": "postgres://app:s3cret@db.example/recur"},
+                        "use postgresql+psycopg://app:***@db.example/recur"),
+    "postgresql:// URL": (["status"], {"RECUR_DATABASE_URL": "postgresql://postgres@h/test"},
+                          "use postgresql+psycopg://"),
+    "broker down, dead list": (["dead", "list", "short"],
+                               {"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{CLOSED}//"},
+                               "cannot connect"),
+    "broker refuses credentials, dead list": (
+        ["dead", "list", "short"], {"RECUR_BROKER_URL": "amqp://guest:wrong@127.0.0.1:5672//"},
+        "ACCESS_REFUSED"),
+    "broker refuses credentials, replay": (
+        ["dead", "replay", "short"], {"RECUR_BROKER_URL": "amqp://guest:wrong@127.0.0.1:5672//"},
+        "ACCESS_REFUSED"),
+    "broker down, topology": (["topology"],
+                              {"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{CLOSED}//"},
+                              "cannot connect"),
+    "vhost missing": (["dead", "list", "short"],
+                           {"RECUR_BROKER_URL": "amqp://guest:guest@127.0.0.1:5672/"
+                                                f"{services.VHOST}-none"},
+                           "vhost"),
+    "redis down": (["resequencer", "status"],
+                   {"RECUR_REDIS_URL": f"redis://127.0.0.1:{CLOSED}/0"}, "Redis"),
+    "database down": (["db", "upgrade"],
+                      {"RECUR_DATABASE_URL": PG.replace("5432", str(CLOSED))}, "Connection refused"),
+    "wrong database name": (["db", "upgrade"],
+                            {"RECUR_DATABASE_URL": PG.replace("/test", "/no_such_db_i15")},
+                            "no_such_db_i15"),
+    "store never created": (["status"], {}, "recur db upgrade"),
+    "flower without credentials": (["flower"], {}, "RECUR_FLOWER_USER"),
+    "exporter without a port": (["exporter"], {}, "RECUR_METRICS_PORT"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_failure_is_one_line_and_exit_code_2(case: str, tmp_path: Path,
+                                             live_services: None) -> None:
+    args, env, expected = CASES[case]
+    result = run_recur(args, env, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [line for line in error_lines(result) if line.startswith("recur: ")]
+    assert len(errors) == 1, result.stderr
+    assert expected in errors[0]
+    assert "s3cret" not in result.stderr and "wrong@" not in result.stderr
+    assert not (tmp_path / "recur.sqlite3").exists(), "reading created a database file"
+
+
+def test_settings_lists_every_bad_variable_at_once(tmp_path: Path) -> None:
+    result = run_recur(["settings"], {"RECUR_MAX_PAYLOAD_BYTES": "1k", "RECUR_LOCK_TTL": "soon",
+                                      "RECUR_NOPE": "1"}, tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "RECUR_BROKER_URL=" in result.stdout  # the table is still printed
+    bad = error_lines(result)
+    assert len(bad) == 3 and all(line.startswith("recur: ") for line in bad), bad
+    assert {"RECUR_MAX_PAYLOAD_BYTES", "RECUR_LOCK_TTL", "RECUR_NOPE"} == {
+        line.split()[1].split("=")[0].rstrip(":") for line in bad}
+
+
+def test_settings_with_good_variables_exits_0(tmp_path: Path) -> None:
+    result = run_recur(["settings"], {}, tmp_path)
+    assert result.returncode == 0 and not result.stderr.strip()
+
+
+def test_debug_shows_the_traceback_too(tmp_path: Path) -> None:
+    result = run_recur(["--debug", "status"], {"RECUR_MAX_PAYLOAD_BYTES": "1k"}, tmp_path)
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("recur: ")

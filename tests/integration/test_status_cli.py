@@ -1,0 +1,90 @@
+"""``recur status`` tells the truth: dead counts from the dead-letter queues, exit code 2
+when a service cannot be read, missing queues as one line, no file created by reading."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kombu import Connection
+
+from tests.integration.test_cli_errors import CLOSED, error_lines, run_recur
+from tests.support import services
+
+pytestmark = pytest.mark.services
+
+
+def status(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[str],
+                                                    dict[str, Any]]:
+    result = run_recur(["status", "--json"], env, cwd)
+    assert "Traceback" not in result.stderr
+    return result, json.loads(result.stdout)
+
+
+def put_dead(broker: Connection, queue: str, count: int) -> None:
+    with broker.channel() as channel:
+        for i in range(count):
+            channel.basic_publish(channel.prepare_message(f"dead-{i}".encode()), exchange="",
+                                  routing_key=queue)
+
+
+def test_healthy_status_exits_0_and_counts_the_dead_letter_queues(
+        broker: Connection, fresh_pg_url: str, tmp_path: Path) -> None:
+    put_dead(broker, "short.dead", 2)
+    put_dead(broker, "long.dead", 1)
+    result, doc = status({"RECUR_DATABASE_URL": fresh_pg_url}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    dead = {row["bucket"]: row["dead_queue"] for row in doc["buckets"]}
+    assert dead == {"short": 2, "medium": 0, "long": 1}
+    assert doc["errors"] == [] and doc["notes"] == []
+    table = run_recur(["status"], {"RECUR_DATABASE_URL": fresh_pg_url}, tmp_path)
+    short = next(line for line in table.stdout.splitlines() if line.startswith("short"))
+    assert short.split()[7] == "2"  # the dead column
+
+
+@pytest.mark.parametrize(("env", "names"), [
+    ({"RECUR_BROKER_URL": f"amqp://guest:wrong@127.0.0.1:5672/{services.VHOST}"},
+     "ACCESS_REFUSED"),
+    ({"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{CLOSED}/{services.VHOST}"},
+     "broker"),
+    ({"RECUR_REDIS_URL": f"redis://127.0.0.1:{CLOSED}/0"}, "Redis"),
+    ({"RECUR_DATABASE_URL": "postgresql+psycopg://postgres@127.0.0.1:5432/no_such_db_i15"},
+     "no_such_db_i15"),
+], ids=["broker refuses credentials", "broker down", "redis down", "database missing"])
+def test_a_service_that_cannot_be_read_makes_exit_code_2(
+        env: dict[str, str], names: str, live_services: None, fresh_pg_url: str,
+        tmp_path: Path) -> None:
+    result, doc = status({"RECUR_DATABASE_URL": fresh_pg_url, **env}, tmp_path)
+    assert result.returncode == 2
+    assert len(doc["errors"]) == 1 and names in doc["errors"][0]
+    assert [line for line in error_lines(result)] == [f"recur: {doc['errors'][0]}"]
+    assert "wrong@" not in result.stderr
+
+
+def test_reading_never_creates_a_database_file(live_services: None, tmp_path: Path) -> None:
+    result, doc = status({"RECUR_DATABASE_URL": "sqlite:///recur.sqlite3"}, tmp_path)
+    assert result.returncode == 2
+    assert "recur db upgrade" in doc["errors"][0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_missing_queues_are_one_readable_line(fresh_pg_url: str, tmp_path: Path,
+                                              live_services: None) -> None:
+    vhost = f"{services.VHOST}-empty-{uuid.uuid4().hex[:6]}"
+    services.rabbitmqctl("add_vhost", vhost)
+    try:
+        services.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        result, doc = status({"RECUR_DATABASE_URL": fresh_pg_url,
+                              "RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{vhost}"},
+                             tmp_path)
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=120)
+    assert result.returncode == 0
+    lines = error_lines(result)
+    assert len(lines) == 1 and "recur topology" in lines[0] and "short.dead" in lines[0]
+    assert "NOT_FOUND" not in result.stderr
+    assert all(row["queue_depth"] is None for row in doc["buckets"])
