@@ -7,6 +7,7 @@ many rows were read, loaded, rejected and already present.
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -60,7 +61,8 @@ class SeedReport:
         rate = self.read / self.seconds if self.seconds else 0.0
         return (f"seed: read {self.read}, loaded {self.loaded}, rejected {self.rejected}, "
                 f"already present {self.present} ({self.sink}) in {self.seconds:.1f}s "
-                f"({rate:,.0f} rows/s); rejects in {self.rejects_path}")
+                f"({rate:,.0f} rows/s); "
+                + (f"rejects in {self.rejects_path}" if self.rejected else "no rejects"))
 
 
 def source_frame(spark: SparkSession, opts: SeedOptions, rules: Rules) -> DataFrame:
@@ -139,8 +141,18 @@ def load_plan(opts: SeedOptions, checked: DataFrame) -> LoadPlan:
 
 
 def write_rejects(spark: SparkSession, output: DataFrame, path: str) -> int:
-    """Write the rejected rows as JSON lines under ``path``; return how many there were."""
-    rejects_of(output).write.mode("overwrite").json(path)
+    """Write the rejected rows as JSON lines under ``path``; return how many there were.
+
+    With none, nothing is created (an earlier run's local rejects output at ``path`` is
+    removed, so what is there is always this run's).
+    """
+    rejected = rejects_of(output)
+    if rejected.isEmpty():
+        local = Path(path)
+        if "://" not in path and local.is_dir():
+            shutil.rmtree(local)  # guard_rejects_path checked it is a rejects output
+        return 0
+    rejected.write.mode("overwrite").json(path)
     return spark.read.schema(REJECT_SCHEMA).json(path).count()
 
 

@@ -4,6 +4,9 @@ seed (PySpark, into the due-jobs store) → schedule (``recur scheduler`` drains
 what is due into the bucket queues) → process (one ``recur worker`` per bucket)
 → reschedule (each message puts itself back in the store) → … for ``cycles``
 runs of every message; then prints per bucket what ran and how much was lost.
+
+It runs in its own vhost, key prefix and SQLite database (tasks/demo_env.py) and
+removes them at the end; the logs are kept only when the demo failed.
 """
 
 from __future__ import annotations
@@ -12,43 +15,44 @@ import os
 import random
 import socket
 import subprocess
-import tempfile
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
+from celery import Celery
 
 from config.buckets import BUCKETS
-from config.settings import settings
+from config.settings import Settings, settings
 from scheduler.engine import make_engine
 from scheduler.migrate import upgrade
 from scheduler.store import DueStore
 from tasks import completions
-from tasks.app import app
+from tasks.app import create_app
+from tasks.demo_env import new_demo_env
 from tasks.processes import Child, recur_argv, spawn, wait_for, wait_for_worker
 from tasks.redis_conn import get_redis
 
 
-def start_workers(env: dict[str, str], log_dir: Path) -> list[Child]:
+def start_workers(app: Celery, env: dict[str, str], log_dir: Path,
+                  children: list[Child]) -> None:
     """One ``recur worker <bucket>`` per bucket, each answering ping before we go on."""
     host = socket.gethostname()
-    children = []
     for bucket in BUCKETS:
         child = spawn(f"worker-{bucket.name}", recur_argv("worker", bucket.name), log_dir, env)
         children.append(child)
         wait_for_worker(app, child, f"{bucket.name}@{host}")
         click.echo(f"  worker {bucket.name}@{host} up (pid {child.pid})")
-    return children
 
 
-def seed_with_spark(messages: int, seed: int, cycles: int, every: float, log_dir: Path) -> None:
+def seed_with_spark(messages: int, seed: int, cycles: int, every: float, log_dir: Path,
+                    env: dict[str, str]) -> None:
     """Run the Spark seed job; its summary lines are echoed."""
     argv = recur_argv("seed", "--generate", str(messages), "--seed", str(seed), "--spread", "0",
                       "--every", f"{every:g}s", "--runs", str(cycles),
                       "--rejects", str(log_dir / "seed-rejects"))
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env)
     for line in result.stdout.splitlines():
         click.echo(f"  spark: {line}")
     if result.returncode != 0:
@@ -69,26 +73,46 @@ def stored_rows(url: str) -> int:
 def run_demo(messages: int, cycles: int, every: float, work_scale: float,
              timeout: float) -> int:
     """Run the demo; return the exit code (0 when every message ran every cycle)."""
-    cfg, client = settings(), get_redis()
     seed = random.randrange(1, 2**31)
-    log_dir = Path(tempfile.mkdtemp(prefix=f"recur-demo-{seed}-"))
+    demo = new_demo_env(str(seed), settings())
+    env = {**os.environ, **demo.environment, "RECUR_WORK_SCALE": str(work_scale)}
+    cfg, log_dir = demo.settings(env), demo.workdir
     click.echo(f"recur demo: {messages} messages x {cycles} cycles, every {every:g}s, "
-               f"store {cfg.database_url}, logs in {log_dir}")
+               f"vhost {demo.vhost}, key prefix {cfg.key_prefix}, store {cfg.database_url}")
+    demo.create_vhost()
+    code = 1
+    try:
+        code = run_in(demo_app(cfg), cfg, env, log_dir, seed, messages, cycles, every, timeout)
+    finally:
+        demo.remove(keep_logs=code != 0)
+        click.echo("  removed the demo's vhost, keys and store"
+                   + (f"; logs kept in {log_dir}" if code else ""))
+    return code
+
+
+def demo_app(cfg: Settings) -> Celery:
+    """A Celery app on the demo's vhost, to ping the demo's workers."""
+    return create_app(cfg)
+
+
+def run_in(app: Celery, cfg: Settings, env: dict[str, str], log_dir: Path, seed: int,
+           messages: int, cycles: int, every: float, timeout: float) -> int:
+    """The demo proper, on the resources ``cfg`` names."""
+    client = get_redis()
     engine = make_engine(cfg.database_url)
     try:
         click.echo(f"  due-jobs schema at revision {upgrade(engine)}")
     finally:
         engine.dispose()
     before = stored_rows(cfg.database_url)
-    env = {**os.environ, "RECUR_WORK_SCALE": str(work_scale)}
     children: list[Child] = []
     runs: Counter[str] = Counter()
     buckets: dict[str, str] = {}
     since = completions.last_id(client, cfg)
     t0 = time.monotonic()
     try:
-        children += start_workers(env, log_dir)
-        seed_with_spark(messages, seed, cycles, every, log_dir)
+        start_workers(app, env, log_dir, children)
+        seed_with_spark(messages, seed, cycles, every, log_dir, env)
         children.append(spawn("scheduler", recur_argv("scheduler"), log_dir, env))
         click.echo(f"  scheduler up (pid {children[-1].pid})")
         prefix = f"gen-{seed}-"

@@ -62,6 +62,7 @@ def test_100k_generated_rows_seed_postgres_once_however_often_run(
     report = seed(spark_session, tmp_path, *argv)
     assert (report.read, report.loaded, report.rejected, report.present) == (100_000, 100_000,
                                                                              0, 0)
+    assert not (tmp_path / "rejects").exists(), "no rejects: no rejects directory"
     assert spark_session.conf.get(ARROW_BATCH_BYTES) == cap
     generated = check(generate(spark_session, 100_000, 5, 2, RULES.kinds), RULES)
     expected = dict(Counter(r.resolved_bucket for r in generated.select(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -52,9 +53,9 @@ def exporter_names() -> set[str]:
 
 def process_names() -> set[str]:
     """Every name the per-process metrics can take (counters, histograms, their suffixes)."""
-    import scheduler.metrics  # noqa: F401 - registers the scheduler's counters
-    import tasks.distlock.events  # noqa: F401 - the lock's per-process counter
-    import tasks.metrics.worker_hooks  # noqa: F401 - the worker's counters
+    # Importing registers them: the scheduler's counters, the lock's, the worker's.
+    for module in ("scheduler.metrics", "tasks.distlock.events", "tasks.metrics.worker_hooks"):
+        importlib.import_module(module)
 
     names: set[str] = set()
     for metric in REGISTRY.collect():
