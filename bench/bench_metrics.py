@@ -20,6 +20,7 @@ Runs in its own vhost and PostgreSQL schema, removed afterwards.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 import urllib.request
@@ -95,6 +96,7 @@ def measure(size: int, scrapes: int, port: int, refresher: Any, registry: Any) -
     base = statistics.median(baseline)
     return {
         "waiting_jobs": size,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
         "scrape_in_process_ms": {"p50": round(p50 * 1000, 3), "p99": round(p99 * 1000, 3)},
         "scrape_http_ms": {"p50": round(statistics.median(http) * 1000, 2),
                            "max": round(http[-1] * 1000, 2)},

@@ -176,13 +176,10 @@ def dead_replay(bucket: Bucket, limit: int) -> None:
 @cli.command()
 def scheduler() -> None:
     """Run the scheduler: drain due jobs from the store into the bucket queues."""
-    import logging
-
     from scheduler.drain import run_scheduler
     from tasks.metrics.serve import serve_metrics
 
-    logging.basicConfig(level=settings().log_level,
-                        format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
+    configure_logging()
     serve_metrics(settings(), what="scheduler")
     run_scheduler(settings())
 
@@ -190,13 +187,21 @@ def scheduler() -> None:
 @cli.command()
 def exporter() -> None:
     """Export the system-wide Prometheus gauges on RECUR_METRICS_PORT (one per deployment)."""
-    import logging
-
     from tasks.metrics.exporter import run_exporter
 
-    logging.basicConfig(level=settings().log_level,
-                        format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
+    configure_logging()
     run_exporter(settings())
+
+
+def configure_logging() -> None:
+    """RECUR_LOG_LEVEL for recur's own loggers; the libraries' stay at INFO and above
+    (DEBUG shows the scheduler's per-pass lines, not every AMQP frame)."""
+    import logging
+
+    level = settings().log_level
+    logging.basicConfig(level=max(logging.INFO, logging.getLevelName(level)),
+                        format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
+    logging.getLogger("recur").setLevel(level)
 
 
 @cli.command()

@@ -114,7 +114,8 @@ def start_scheduler(live_services: None, tmp_path: Path) -> Iterator[SchedulerFa
     started: list[Any] = []
 
     def start(env: dict[str, str], name: str = "scheduler") -> Any:
-        full = {**os.environ, **services.test_environment(), **env}
+        # DEBUG: tests watch the per-pass lines (INFO has one summary a minute).
+        full = {**os.environ, **services.test_environment(), "RECUR_LOG_LEVEL": "DEBUG", **env}
         child = spawn(f"{name}-{len(started)}", recur_argv("scheduler"), tmp_path / "logs",
                       full, cwd=services.ROOT)
         started.append(child)
