@@ -100,8 +100,9 @@ def worker_env() -> dict[str, str]:
     import tempfile
 
     from tasks.metrics.serve import MULTIPROC_ENV
+    from tasks.metrics.worker_hooks import WORKER_DIR_PREFIX
 
-    return {**os.environ, MULTIPROC_ENV: tempfile.mkdtemp(prefix="recur-worker-metrics-")}
+    return {**os.environ, MULTIPROC_ENV: tempfile.mkdtemp(prefix=WORKER_DIR_PREFIX)}
 
 
 @cli.command(context_settings={"ignore_unknown_options": True})
@@ -202,6 +203,7 @@ def configure_logging() -> None:
     logging.basicConfig(level=max(logging.INFO, logging.getLevelName(level)),
                         format="[%(asctime)s: %(levelname)s/%(name)s] %(message)s")
     logging.getLogger("recur").setLevel(level)
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # the schema check's chatter
 
 
 @cli.command()

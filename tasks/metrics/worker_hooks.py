@@ -7,21 +7,25 @@ main process's endpoint (started here, at worker start-up).
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from typing import Any
 
-from celery.signals import task_postrun, task_prerun, worker_init
+from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
 from prometheus_client import Counter, Histogram
 
 from config.buckets import BUCKETS_BY_QUEUE
 from config.settings import settings
-from tasks.metrics.serve import serve_metrics
+from tasks.metrics.serve import MULTIPROC_ENV, serve_metrics
 
 TASKS = Counter("recur_worker_tasks", "Task runs finished, by bucket, task and state.",
                 ["bucket", "task", "state"])
 RUNTIME = Histogram("recur_worker_task_seconds", "Task run time, by bucket.", ["bucket"],
                     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800))
 _started: dict[str, float] = {}
+#: Prefix of the directory ``recur worker`` makes (tasks/cli.py worker_env).
+WORKER_DIR_PREFIX = "recur-worker-metrics-"
 
 
 def _bucket(task: Any) -> str:
@@ -34,6 +38,14 @@ def _bucket(task: Any) -> str:
 @worker_init.connect
 def serve_worker_metrics(**_: Any) -> None:
     serve_metrics(settings(), what="worker")
+
+
+@worker_shutdown.connect
+def remove_metrics_dir(**_: Any) -> None:
+    """The directory ``recur worker`` made for this worker's processes goes with it."""
+    path = os.environ.get(MULTIPROC_ENV, "")
+    if os.path.basename(path).startswith(WORKER_DIR_PREFIX):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @task_prerun.connect
