@@ -117,8 +117,8 @@ class Refresher:
             read()
         except Exception as exc:  # a source that is down must not stop the others
             if not isinstance(exc, RecurError | OSError) and _driver(exc) is None:
-                raise
-            if snap.up.get(source, True):
+                log.exception("exporter: reading %s failed unexpectedly", source)
+            elif snap.up.get(source, True):
                 log.warning("exporter: cannot read %s: %s", source, exc)
             snap.up[source] = False
             if source in ("store", "totals") and self._store is not None:
