@@ -41,23 +41,14 @@ def worker_argv(bucket: Bucket, extra: tuple[str, ...] = ()) -> list[str]:
 
 def flower_env() -> dict[str, str]:
     """Environment for Flower with basic auth; refuses to run without credentials."""
+    from tasks.flower_main import broker_api
+
     cfg = settings()
     if not cfg.flower_user or not cfg.flower_password:
         raise ConfigError("RECUR_FLOWER_USER and RECUR_FLOWER_PASSWORD must be set: "
                           "Flower never runs without authentication")
     return {**os.environ, "FLOWER_BASIC_AUTH": f"{cfg.flower_user}:{cfg.flower_password}",
             "FLOWER_BROKER_API": broker_api(cfg.broker_url, cfg.flower_broker_api)}
-
-
-def broker_api(broker_url: str, configured: str = "") -> str:
-    """The RabbitMQ management API URL Flower shows queues from."""
-    if configured:
-        return configured
-    from urllib.parse import urlsplit
-
-    url = urlsplit(broker_url)
-    userinfo = url.netloc.rpartition("@")[0] or "guest:guest"
-    return f"http://{userinfo}@{url.hostname or 'localhost'}:15672/api/"
 
 
 def flower_argv(celery_args: tuple[str, ...]) -> list[str]:

@@ -44,7 +44,7 @@ class DemoEnv:
         return load_settings({**environ, **self.environment})
 
     def _api(self) -> tuple[str, tuple[str, str]]:
-        from tasks.cli import broker_api
+        from tasks.flower_main import broker_api
 
         api = urlsplit(broker_api(self.base.broker_url, self.base.flower_broker_api))
         auth = (api.username or "guest", api.password or "guest")

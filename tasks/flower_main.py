@@ -12,8 +12,19 @@ from __future__ import annotations
 
 import sys
 from typing import Any
+from urllib.parse import urlsplit
 
 from tornado import web
+
+
+def broker_api(broker_url: str, configured: str = "") -> str:
+    """The RabbitMQ management API URL (RECUR_FLOWER_BROKER_API, or the broker URL's host
+    and credentials on the management plugin's port)."""
+    if configured:
+        return configured
+    url = urlsplit(broker_url)
+    userinfo = url.netloc.rpartition("@")[0] or "guest:guest"
+    return f"http://{userinfo}@{url.hostname or 'localhost'}:15672/api/"
 
 
 def patch_flower() -> None:
