@@ -67,6 +67,11 @@ class LockWaitExceeded(PermanentFailure):
     """The job waited for its user longer than RECUR_LOCK_WAIT_BUDGET; it is dead-lettered."""
 
 
+class LockPassedOver(PermanentFailure):
+    """A later job of the user started while this one was missing (RECUR_LOCK_GAP_TIMEOUT);
+    it must not run out of order, so it is dead-lettered (a replay runs it as a new job)."""
+
+
 class InvalidSchedule(RecurError, ValueError):
     """The countdown, eta or job key of a scheduled call is invalid; nothing was written."""
 

@@ -13,9 +13,9 @@ key                                    type    holds
 ``<prefix>:reseq:{<d>}:<part>``        (many)  destination <d>'s resequencer state: see
                                                ``reseq`` and routing/lua/*.lua
 ``<prefix>:lock:{<u>}:<part>``         (many)  user <u>'s lock, order and parked jobs:
-                                               see ``user_lock`` and tasks/lua/*.lua
+                                               see ``user_lock`` and tasks/distlock/lock.lua
 ``<prefix>:lock:wake``                 zset    users to look at again, by due time (ms)
-``<prefix>:lock:counter``              string  fencing tokens and order epochs
+``<prefix>:lock:counter``              string  job numbers and fencing tokens
 ``<prefix>:lock:stats``                hash    lock event counters (busy, handovers, ...)
 =====================================  ======  =====================================
 """
@@ -53,13 +53,14 @@ def reseq_destinations(prefix: str) -> str:
     return f"{prefix}:reseq:destinations"
 
 
-#: Parts of a user's lock state (``user_lock(prefix, u, part)``): owner (string,
-#: token of the holder, with the lease TTL), order (hash: sub = last sequence number
-#: given out, next = lowest not yet finished, epoch, gapat), parked (zset of job
-#: JSON by sequence number), skipped (set of sequence numbers that may still come).
-#: Only users with jobs in flight have keys: memory follows busy users, not the
-#: population.
-LOCK_PARTS = ("owner", "order", "parked", "skipped")
+#: Parts of a user's lock state (``user_lock(prefix, u, part)``), in lock.lua's KEYS
+#: order: owner (string, holder's token, with the lease TTL), mark (hash: started,
+#: done = highest numbers that started / finished, gapat), wait (zset of numbers given
+#: out and not finished), parked (zset of job JSON by number), skipped (set of numbers
+#: passed over), ids (hash task id -> number for jobs numbered on arrival). All but
+#: owner and parked expire RECUR_LOCK_WAIT_BUDGET (+5 min) after the user's last job:
+#: memory follows recently busy users, not the population.
+LOCK_PARTS = ("owner", "mark", "wait", "parked", "skipped", "ids")
 
 
 def user_lock(prefix: str, user: str, part: str) -> str:
@@ -73,7 +74,7 @@ def lock_wake(prefix: str) -> str:
 
 
 def lock_counter(prefix: str) -> str:
-    """Counter behind fencing tokens and order epochs (only ever grows)."""
+    """The one counter behind job numbers and fencing tokens (only ever grows)."""
     return f"{prefix}:lock:counter"
 
 

@@ -139,11 +139,11 @@ class Settings:
         metadata=_doc("'retry' (fail closed: never run a locked task unlocked) or "
                       "'run-unlocked' (explicit opt-out)."))
     lock_chain_seconds: float = field(
-        default=5.0,
-        metadata=_doc("Seconds a worker process goes on running its user's parked jobs "
-                      "itself after a locked job before it hands the rest over through the "
-                      "broker, if other messages are ready in its queue (else it goes on, "
-                      "up to half the bucket's soft time limit); 0: always the broker."))
+        default=15.0,
+        metadata=_doc("Seconds (from its delivery) a worker process goes on running its "
+                      "user's parked jobs itself after a locked job, whatever the queue "
+                      "depth, at most half the bucket's soft time limit; then the next job "
+                      "is published. 0: always through the broker."))
     schedule_threshold: float = field(
         default=5.0,
         metadata=_doc("Delays (countdown/eta) at least this many seconds go to the due-jobs "

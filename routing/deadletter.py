@@ -21,10 +21,12 @@ from kombu import Connection, Producer
 from config.buckets import Bucket
 from routing.queues import TASK_EXCHANGE
 
-#: Headers the broker adds on dead-lettering; dropped when a message is replayed.
+#: Headers dropped when a message is replayed: the broker's dead-lettering ones, and a
+#: locked job's number (tasks/distlock), so a replay takes a new place in its user's
+#: line instead of being refused as a job that already ran.
 BROKER_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue",
                   "x-first-death-reason", "x-delivery-count", "x-last-death-reason",
-                  "x-last-death-queue", "x-last-death-exchange")
+                  "x-last-death-queue", "x-last-death-exchange", "recur_lock_seq")
 
 
 @dataclass(frozen=True)

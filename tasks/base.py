@@ -30,6 +30,8 @@ class MessageTask(Task):  # type: ignore[misc]
     routes_by_message = True
     #: Retries (when a task opts into them) stop at the delivery budget.
     max_retries = settings().max_deliveries - 1
+    #: Reports a parked locked job as ``task-parked``, not a success (tasks/distlock).
+    Request = "tasks.distlock.job:ParkAwareRequest"
 
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: Any = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,

@@ -6,40 +6,62 @@ Stack it under ``@app.task(bind=True, ...)``::
     @user_lock(key=lambda message: message["user_id"])
     def sync_user(self, message): ...
 
-A job whose user is busy (or whose earlier jobs have not started yet) does not
-run and does not retry: it is parked in Redis and its delivery returns None
-(acknowledged; to Celery a success that did nothing), and it runs when the job
-before it releases the lock (see chain.py, store.py and tasks/lua). Parking is
-neither a failure nor a retry. The holder's fencing token is
-``self.request.user_lock.fence`` (or ``fencing_token(self)``).
+A delivery either takes its user's lock and runs, or *parks* its job in Redis
+and ends (the Celery event ``task-parked``), or is refused: a copy of a job that
+already ran is dropped; a job passed over or past its wait budget is
+dead-lettered. When a holder finishes, the release hands the lock to the user's
+next parked job in the same Redis call and this process runs it at once (the
+*chain*), for up to RECUR_LOCK_CHAIN_SECONDS (at most half the bucket's soft
+time limit: chained jobs run inside the first job's time limits); after that,
+or after a failure, the next job is published and takes the free lock when it
+arrives. The holder's fencing token is ``self.request.user_lock.fence``.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from celery.exceptions import Ignore
+from celery.app.task import Context
+from celery.exceptions import Ignore, Retry
 
-from config.errors import InvalidMessage, LockUnavailable
-from tasks.distlock import events
-from tasks.distlock.chain import INLINE, run_chain
-from tasks.distlock.grant import LockGrant
-from tasks.distlock.held import Held, check_budget
-from tasks.distlock.runtime import Runtime, publish_handover, runtime
-from tasks.distlock.store import DUPLICATE, PARKED, new_token
-from tasks.distlock.tickets import SINCE, ParkedJob, Ticket, other_headers
+from config.buckets import BUCKETS
+from config.errors import InvalidMessage, LockPassedOver, LockUnavailable, LockWaitExceeded
+from config.settings import Settings
+from tasks.distlock import job as jobs
+from tasks.distlock.job import LockGrant, ParkedJob, Ticket
+from tasks.distlock.runtime import (
+    Lease,
+    PendingRelease,
+    Runtime,
+    lock_spec_of,
+    publish_handover,
+    runtime,
+)
+from tasks.distlock.store import (
+    ACQUIRED,
+    DUPLICATE,
+    PARKED,
+    PASSED_OVER,
+    Handover,
+    Outcome,
+    new_token,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("recur.distlock")
 
 #: Seconds before a job whose lock Redis could not answer for is tried again
 #: (times a jitter of 0.5-1.5): at least 1 s, the resolution of RabbitMQ's native
 #: delayed delivery, and short, so it stays a broker countdown.
 REDIS_DOWN_BACKOFF = 2.0
+#: Request attribute telling the decorator that the chain holds the lock for it.
+INLINE = "recur_lock_inline"
 
 
 def message_user(message: Any) -> str:
@@ -82,7 +104,7 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
     def decorate(fn: F) -> F:
         @functools.wraps(fn)
         def run_locked(task: Any, *args: Any, **kwargs: Any) -> Any:
-            if getattr(task.request, INLINE, False):  # chain.py holds the lock for it
+            if getattr(task.request, INLINE, False):  # run_inline holds the lock for it
                 return fn(task, *args, **kwargs)
             return LockedCall(spec, task, fn, args, kwargs).run()
 
@@ -92,9 +114,61 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
     return decorate
 
 
+def check_budget(cfg: Settings, job_id: str, user: str, waited: float) -> None:
+    """LockWaitExceeded (a permanent failure: dead-lettered) past the wait budget."""
+    if waited > cfg.lock_wait_budget:
+        raise LockWaitExceeded(f"job {job_id} of user {user} waited {waited:.0f}s for its "
+                               f"turn, over RECUR_LOCK_WAIT_BUDGET={cfg.lock_wait_budget:g}s")
+
+
+class Held:
+    """A lock held for one job: ``run`` it under a watched lease, then ``release``."""
+
+    def __init__(self, rt: Runtime, grant: LockGrant, ttl: float, job_id: str,
+                 waited: float) -> None:
+        self.rt, self.grant, self.ttl, self.job_id, self.waited = rt, grant, ttl, job_id, waited
+        self.outcome: Outcome = "failed"
+
+    def run(self, call: Callable[[], Any]) -> Any:
+        """Call the job while the watchdog extends the lease; Retry and Ignore pass."""
+        lease = Lease(self.grant.user, self.grant.token, self.ttl)
+        self.rt.keeper.hold(lease)
+        try:
+            check_budget(self.rt.cfg, self.job_id, self.grant.user, self.waited)
+            result = call()
+            self.outcome = "done"
+            return result
+        except Retry:
+            self.outcome = "retry"
+            raise
+        except Ignore:
+            self.outcome = "done"
+            raise
+        finally:
+            self.rt.keeper.drop(lease)
+
+    def release(self, chain: bool) -> Handover | None:
+        """Release with the outcome; the next job (taken for this process if ``chain``
+        and the job is done, else to publish)."""
+        cfg, grant = self.rt.cfg, self.grant
+        try:
+            released, handover = self.rt.store.release(
+                grant.user, grant.token, grant.seq, self.outcome, self.ttl,
+                cfg.lock_gap_timeout, self.job_id, take=chain and self.outcome == "done")
+        except LockUnavailable as exc:
+            log.warning("%s; the release of job %s is retried in the background",
+                        exc, self.job_id)
+            self.rt.keeper.retry_release_later(PendingRelease(
+                grant.user, grant.token, grant.seq, self.outcome, self.job_id))
+            return None
+        if not released:
+            log.error("job %s finished but the lock of user %s had passed to another "
+                      "holder; released nothing", self.job_id, grant.user)
+        return handover
+
+
 class LockedCall:
-    """One delivery of a locked task: acquire or park, run, release, go on with the
-    user's parked jobs."""
+    """One delivery of a locked task: acquire, park or refuse; run; release; chain."""
 
     def __init__(self, spec: LockSpec, task: Any, fn: Callable[..., Any], args: Any,
                  kwargs: Any) -> None:
@@ -105,57 +179,124 @@ class LockedCall:
         self.ttl = spec.ttl or self.rt.cfg.lock_ttl
         self.job = ParkedJob(task=task.name, id=str(task.request.id), args=list(args),
                              kwargs=dict(kwargs), since=self.ticket.since or time.time(),
-                             headers=other_headers(task.request))
+                             headers=jobs.other_headers(task.request))
 
     def run(self) -> Any:
-        token = new_token()
+        began, token, cfg = time.monotonic(), new_token(), self.rt.cfg
         try:
             attempt = self.rt.store.acquire(
-                self.user, token, self.ttl, self.ticket.seq, self.ticket.epoch,
-                self.job.to_json(), self.ticket.handover, self.rt.cfg.lock_gap_timeout)
+                self.user, token, self.ttl, self.ticket.seq, self.job.id, self.job.to_json(),
+                cfg.lock_gap_timeout, self.ticket.since, cfg.lock_wait_budget)
         except LockUnavailable as exc:
             return self.redis_down(exc)
-        if attempt.status == PARKED:
-            events.busy(self.task.name, self.job.id, self.user, attempt.seq)
-            return self.parked()
-        if attempt.status == DUPLICATE:
-            events.duplicate(self.task.name, self.job.id, self.user, attempt.seq)
-            raise Ignore()
+        if attempt.status != ACQUIRED:
+            return self.not_run(attempt.status, attempt.seq)
         grant = LockGrant(self.user, token, attempt.seq, attempt.fence)
         self.task.request.user_lock = grant
         held = Held(self.rt, grant, self.ttl, self.job.id, self.ticket.waited())
+        chain_until = began + chain_seconds(cfg, self.task.request)
         try:
             return held.run(lambda: self.fn(self.task, *self.args, **self.kwargs))
         finally:
-            handover = held.release()
-            if held.outcome == "done":
-                run_chain(self.rt, self.user, handover, self.task.request, self.ttl)
-            elif handover is not None:
+            handover = held.release(chain=time.monotonic() < chain_until)
+            while handover is not None and handover.token:
+                handover = run_inline(self.rt, self.user, handover, self.task.request,
+                                      self.ttl, chain=time.monotonic() < chain_until)
+            if handover is not None:
                 publish_handover(self.user, handover)
 
-    def parked(self) -> None:
-        """End this delivery: its job now waits in Redis and runs when handed over.
-
-        It returns (Celery acknowledges it as a success that did nothing) rather than
-        raising Ignore: Celery builds and formats two tracebacks for an Ignore, which
-        made a park cost several times a short job's whole run and slowed every
-        other user's jobs behind a busy user. ``recur_settled`` tells a scheduler
-        dispatch (scheduler/calls.py) not to finish its row: the run that does the
-        work settles it.
-        """
+    def not_run(self, status: int, seq: int) -> str:
+        """A parked or duplicate delivery ends here; ``recur_settled`` tells a scheduler
+        dispatch (scheduler/calls.py) that the run doing the work settles its row.
+        It returns (no Celery Ignore: its traceback formatting made a park cost more
+        than a short job) and the worker reports ``task-parked``/``task-dropped``."""
         self.task.request.recur_settled = True
+        if status == PARKED:
+            return jobs.parked(self.task.name, self.job.id, self.user, seq)
+        if status == DUPLICATE:
+            jobs.refused(self.task.name, self.job.id, self.user, seq, "duplicate")
+            return f"{jobs.DROPPED_RESULT} user={self.user} #{seq}"
+        self.task.request.recur_settled = False
+        if status == PASSED_OVER:
+            raise LockPassedOver(f"job {self.job.id} of user {self.user} (#{seq}) arrived "
+                                 f"after a later job of its user started; not run")
+        raise LockWaitExceeded(f"job {self.job.id} of user {self.user} (#{seq}) is older "
+                               f"than RECUR_LOCK_WAIT_BUDGET={self.rt.cfg.lock_wait_budget:g}s "
+                               f"and its user's line is gone; not run")
 
     def redis_down(self, exc: LockUnavailable) -> Any:
         """Fail closed (re-enqueue the job) unless this task opted out."""
         mode = self.spec.when_redis_down or self.rt.cfg.lock_when_redis_down
         if mode == "run-unlocked":
-            events.unlocked(self.task.name, self.job.id, self.user, exc)
+            jobs.unlocked(self.task.name, self.job.id, self.user, exc)
             self.task.request.user_lock = None
             return self.fn(self.task, *self.args, **self.kwargs)
         check_budget(self.rt.cfg, self.job.id, self.user, self.ticket.waited())
         delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
-        events.redis_down(self.task.name, self.job.id, self.user, delay, exc)
-        headers = {**(self.task.request.headers or {}), SINCE: self.job.since}
+        jobs.redis_down(self.task.name, self.job.id, self.user, delay, exc)
+        headers = {**(self.task.request.headers or {}), jobs.SINCE: self.job.since}
         self.task.signature_from_request(self.task.request, countdown=delay,
                                          headers=headers).apply_async()
         raise Ignore()
+
+
+def chain_seconds(cfg: Settings, request: Any) -> float:
+    """How long after a delivery started its process may run the user's next jobs:
+    RECUR_LOCK_CHAIN_SECONDS, at most half the soft time limit of the bucket whose
+    queue delivered it (chained jobs run inside that delivery's time limits)."""
+    queue = (getattr(request, "delivery_info", None) or {}).get("routing_key")
+    half = next((b.soft_time_limit / 2 for b in BUCKETS if b.queue == queue),
+                cfg.lock_chain_seconds)
+    return min(cfg.lock_chain_seconds, half)
+
+
+def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any, ttl: float,
+               chain: bool) -> Handover | None:
+    """Run the job of ``handover`` here, holding the lock taken for it; the next job.
+
+    A job that raises is put back ('again') and published to run once more through
+    the broker, where Celery's failure handling applies (a second failure
+    dead-letters it). If this process dies, the job is still parked: a reaper
+    publishes it when the lease expires.
+    """
+    from tasks.app import app
+
+    job = ParkedJob.from_json(handover.job)
+    task = app.tasks.get(job.task)
+    spec = lock_spec_of(task)
+    grant = LockGrant(user, handover.token, handover.seq, handover.fence)
+    job_ttl = (spec.ttl if spec else None) or rt.cfg.lock_ttl
+    held = Held(rt, grant, job_ttl, job.id, Ticket(handover.seq, job.since).waited())
+    if spec is None:  # not a locked task this worker knows: let the broker route it
+        held.outcome = "again"
+        return held.release(chain=False)
+    if job_ttl != ttl and not extended(rt, grant, job_ttl):
+        return None  # the lease is gone: a reaper publishes the job
+    headers = {**job.headers, **Ticket(handover.seq, job.since).headers()}
+    # A request of its own (not merged into the parent's), as if delivered: the
+    # task's __call__ (e.g. the scheduler's dispatch check) runs as usual.
+    task.request_stack.push(Context(
+        id=job.id, args=job.args, kwargs=job.kwargs, headers=headers, **headers,
+        hostname=parent.hostname, delivery_info=parent.delivery_info, called_directly=False,
+        retries=0, root_id=job.id, user_lock=grant, **{INLINE: True}))
+    try:
+        held.run(lambda: task(*job.args, **job.kwargs))
+    except (Retry, Ignore):
+        pass
+    except Exception as exc:
+        held.outcome = "again"
+        log.warning("job %s of user %s failed when run after the job before it: %r; it is "
+                    "published to run once more through the broker", job.id, user, exc)
+    finally:
+        task.request_stack.pop()
+    return held.release(chain=chain)
+
+
+def extended(rt: Runtime, grant: LockGrant, ttl: float) -> bool:
+    """Whether the lease of ``grant`` now lasts ``ttl`` (False: lost or Redis down)."""
+    try:
+        return rt.store.extend(grant.user, grant.token, ttl)
+    except LockUnavailable as exc:
+        log.warning("%s; job #%d of user %s is published when its lease expires",
+                    exc, grant.seq, grant.user)
+        return False

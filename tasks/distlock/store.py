@@ -1,7 +1,6 @@
-"""The per-user lock's Redis side: every read and write goes through one of the
-Lua scripts in ``tasks/lua`` (their header comments document the key layout),
-so taking, extending, releasing and handing over are each atomic and compare
-the holder's token. Driver errors come out as :class:`LockUnavailable`.
+"""The per-user lock's Redis side: typed calls of the entry points of
+``lock.lua`` (beside this file; its header documents the keys and the rule that
+orders a user's jobs). Driver errors come out as :class:`LockUnavailable`.
 """
 
 from __future__ import annotations
@@ -20,11 +19,11 @@ from config import keys
 from config.errors import LockUnavailable
 
 Outcome = Literal["done", "failed", "retry", "again"]
-ACQUIRED, PARKED, DUPLICATE = 1, 0, 2
-
-
-def _lua(name: str) -> str:
-    return resources.files("tasks").joinpath("lua", name).read_text()
+#: acquire's answers (lock.lua): parked, acquired, duplicate, passed over, too old.
+PARKED, ACQUIRED, DUPLICATE, PASSED_OVER, TOO_OLD = 0, 1, 2, 3, 4
+#: How much longer than the wait budget a user's memory outlives its last call: a
+#: margin for clock skew between publishers and Redis.
+KEEP_MARGIN = 300.0
 
 
 def new_token() -> str:
@@ -33,40 +32,37 @@ def new_token() -> str:
 
 
 class Attempt(NamedTuple):
-    """What acquire did: ``status`` is ACQUIRED, PARKED or DUPLICATE (a tuple: one
-    is built per delivery, and a frozen dataclass costs several times more)."""
+    """What acquire did (a tuple: one is built per delivery)."""
 
     status: int
     seq: int
-    epoch: str
     fence: int
 
 
 @dataclass(frozen=True)
 class Handover:
-    """A parked job whose turn came, with the lock reserved for ``token``: run it
-    holding the lock (``token``, ``fence``) or publish it with the token."""
+    """A parked job whose turn came. ``token`` non-empty: the lock is taken for it
+    (run it here, holding ``token`` and ``fence``); empty: publish it, and its copy
+    takes the free lock when it arrives."""
 
     job: str
     seq: int
-    epoch: str
     token: str
     fence: int
 
 
 class Script:
-    """A lock script run by EVALSHA with its sha worked out once, and loaded again
-    when Redis answers NOSCRIPT (restarted, or its script cache flushed).
-
-    Leaner than redis-py's ``Script``, which builds a new argument tuple and
-    imports a module on every call: acquire and release sit on every job's path.
-    """
+    """One entry point of lock.lua, run by EVALSHA with its sha worked out once and
+    loaded again on NOSCRIPT (Redis restarted). Leaner than redis-py's ``Script``,
+    which rebuilds its arguments on every call: acquire and release are on every
+    job's path."""
 
     __slots__ = ("sha", "text")
 
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.sha = hashlib.sha1(text.encode()).hexdigest()
+    def __init__(self, entry: str) -> None:
+        lua = resources.files("tasks.distlock").joinpath("lock.lua").read_text()
+        self.text = f"{lua}\nreturn {entry}()\n"
+        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
 
     def __call__(self, client: redis.Redis, keys: tuple[bytes, ...], *args: Any) -> Any:
         command: Any = client.execute_command  # untyped in redis-py
@@ -77,79 +73,74 @@ class Script:
             return command("EVALSHA", self.sha, len(keys), *keys, *args)
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=1)
 def _scripts() -> dict[str, Script]:
-    """The scripts, read once per process (lock_lib.lua goes in front of the three
-    that share it)."""
-    lib = _lua("lock_lib.lua")
-    return {"acquire": Script(lib + _lua("lock_acquire.lua")),
-            "release": Script(lib + _lua("lock_release.lua")),
-            "wake": Script(lib + _lua("lock_wake.lua")),
-            "extend": Script(_lua("lock_extend.lua")),
-            "submit": Script(_lua("lock_submit.lua"))}
+    return {name: Script(name) for name in ("submit", "acquire", "release", "wake", "extend")}
 
 
 class LockStore:
-    """Typed calls of the lock scripts for one Redis and key prefix."""
+    """The lock's calls for one Redis and key prefix; ``keep`` is how long (s) a user's
+    memory outlives its last call: RECUR_LOCK_WAIT_BUDGET + KEEP_MARGIN."""
 
-    def __init__(self, client: redis.Redis, prefix: str) -> None:
-        self.client = client
-        self.prefix = prefix
-        scripts = _scripts()
-        self._acquire, self._release, self._wake = (scripts[name] for name in
-                                                    ("acquire", "release", "wake"))
-        self._extend, self._submit = scripts["extend"], scripts["submit"]
+    def __init__(self, client: redis.Redis, prefix: str, keep: float = 3600 + KEEP_MARGIN
+                 ) -> None:
+        self.client, self.prefix, self.keep_ms = client, prefix, _ms(keep)
+        self.scripts = _scripts()
 
     def user_keys(self, user: str) -> tuple[str, ...]:
-        """KEYS of the lock scripts for ``user``, in the order lock_lib.lua documents."""
-        return _script_keys(self.prefix, user)
+        """The user's own keys, in lock.lua's KEYS order (without the global ones)."""
+        return _script_keys(self.prefix, user)[:len(keys.LOCK_PARTS)]
 
-    def _run(self, script: Script, user: str, args: tuple[Any, ...], what: str) -> Any:
+    def _run(self, name: str, user: str, args: tuple[Any, ...], what: str) -> Any:
         try:
-            return script(self.client, _encoded_keys(self.prefix, user), *args)
+            return self.scripts[name](self.client, _encoded_keys(self.prefix, user), *args)
         except redis.RedisError as exc:
             raise LockUnavailable(f"Redis: cannot {what} the lock of user {user!r}: "
                                   f"{exc}") from exc
 
-    def submit(self, user: str) -> tuple[int, str]:
-        """Number a newly published job of ``user``: (sequence number, epoch)."""
-        seq, epoch = self._run(self._submit, user, (), "number a job for")
-        return int(seq), str(epoch)
+    def submit(self, user: str) -> int:
+        """Number a newly published job of ``user`` (one global sequence)."""
+        return int(self._run("submit", user, (self.keep_ms,), "number a job for"))
 
-    def acquire(self, user: str, token: str, ttl: float, seq: int, epoch: str, job: str,
-                handover: str, gap_timeout: float) -> Attempt:
-        """Take ``user``'s lock for ``job`` or park the job until its turn."""
-        answer = self._run(self._acquire, user, (user, token, _ms(ttl), seq, epoch, job,
-                                                 handover, _ms(gap_timeout)), "take")
-        status, seq_, fence, epoch_ = str(answer).split(" ", 3)
-        return Attempt(int(status), int(seq_), epoch_, int(fence))
+    def acquire(self, user: str, token: str, ttl: float, seq: int, task_id: str, job: str,
+                gap_timeout: float, since: float = 0.0, budget: float = 3600.0) -> Attempt:
+        """Take ``user``'s lock for ``job``, park it until its turn, or refuse it."""
+        answer = self._run("acquire", user, (user, token, _ms(ttl), seq, task_id, job,
+                                             _ms(gap_timeout), self.keep_ms,
+                                             int(since * 1000), _ms(budget)), "take")
+        status, seq_, fence = str(answer).split(" ", 2)
+        return Attempt(int(status), int(seq_), int(fence))
 
     def extend(self, user: str, token: str, ttl: float) -> bool:
         """Renew the lease; False when ``token`` no longer holds the lock."""
-        try:
-            extended = self._extend(self.client, _encoded_keys(self.prefix, user)[:1],
-                                    token, _ms(ttl))
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Redis: cannot extend the lock of user {user!r}: "
-                                  f"{exc}") from exc
-        return bool(extended)
+        return bool(self._run("extend", user, (token, _ms(ttl)), "extend"))
 
     def release(self, user: str, token: str, seq: int, outcome: Outcome, ttl: float,
-                gap_timeout: float) -> tuple[bool, Handover | None]:
-        """Release ``user``'s lock if ``token`` holds it; (released?, job to publish)."""
-        handover = new_token()
-        answer = self._run(self._release, user, (user, token, seq, outcome, handover,
-                                                 _ms(ttl), _ms(gap_timeout)), "release")
+                gap_timeout: float, task_id: str = "", take: bool = False
+                ) -> tuple[bool, Handover | None]:
+        """Release ``user``'s lock if ``token`` holds it: (released?, next job). With
+        ``take`` the lock is taken at once for the next job, under a new token."""
+        token_next = new_token() if take else ""
+        answer = self._run("release", user, (user, token, seq, outcome, token_next, _ms(ttl),
+                                             _ms(gap_timeout), self.keep_ms, task_id),
+                           "release")
         if answer == -1:
             return False, None
-        return True, _handover(answer, handover)
+        return True, _handover(answer, token_next)
 
     def wake(self, user: str, ttl: float, gap_timeout: float) -> Handover | None:
-        """Hand ``user``'s free lock to its first parked job, if its turn came."""
-        handover = new_token()
-        answer = self._run(self._wake, user, (user, handover, _ms(ttl), _ms(gap_timeout)),
-                           "look at")
-        return _handover(answer, handover)
+        """Hand ``user``'s free lock to its first parked job (to publish), if its turn came."""
+        return _handover(self._run("wake", user, (user, _ms(ttl), _ms(gap_timeout)),
+                                   "look at"), "")
+
+    def look_again(self, user: str, seconds: float) -> None:
+        """Have a reaper look at ``user`` again in ``seconds`` (a handover not published)."""
+        try:
+            seconds_now, micros = self.client.time()
+            due = seconds_now * 1000 + micros // 1000 + _ms(seconds)
+            self.client.zadd(keys.lock_wake(self.prefix), {user: due})
+        except redis.RedisError as exc:
+            raise LockUnavailable(f"Redis: cannot write the lock wake list: {exc}") from exc
 
     def due_users(self, limit: int = 100) -> list[str]:
         """Users whose wake time has come (by Redis's clock)."""
@@ -198,8 +189,7 @@ def _ms(seconds: float) -> int:
 
 
 def _handover(answer: Any, token: str) -> Handover | None:
-    """The handover in a script's answer: 0 (none) or {1, job, seq, epoch, fence}."""
+    """The handover in a script's answer: 0 (none) or {1, job, seq, fence}."""
     if not isinstance(answer, list):
         return None
-    return Handover(job=str(answer[1]), seq=int(answer[2]), epoch=str(answer[3]), token=token,
-                    fence=int(answer[4]))
+    return Handover(job=str(answer[1]), seq=int(answer[2]), token=token, fence=int(answer[3]))

@@ -9,7 +9,6 @@ stays up); run records go to the shared Redis.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,10 +20,9 @@ from kombu import Connection
 from config.settings import settings
 from routing.queues import queue_depth
 from tasks.distlock import runtime as lock_runtime
-from tasks.distlock.keeper import LeaseKeeper
-from tasks.distlock.runtime import Runtime, publish_handover
+from tasks.distlock.runtime import LeaseKeeper, Runtime
 from tasks.distlock.store import LockStore
-from tasks.processes import Child, spawn, wait_for
+from tasks.processes import Child, wait_for
 from tests.support import services
 from tests.support.distlock_checks import (
     INCLUDE,
@@ -35,45 +33,10 @@ from tests.support.distlock_checks import (
     submit_interleaved,
 )
 from tests.support.locked_tasks import locked_work, read_runs
+from tests.support.private_redis import PrivateRedis
+from tests.support.services import free_port
 
 pytestmark = pytest.mark.services
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class PrivateRedis:
-    """A redis-server of this test's own, persisting to an append-only file so a
-    stop and start keeps its data, as a production lock Redis must."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.port, self.dir = free_port(), tmp / "redis"
-        self.dir.mkdir()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.client = redis.Redis.from_url(self.url, decode_responses=True,
-                                           socket_timeout=5, socket_connect_timeout=1)
-        self.child: Child | None = None
-
-    def start(self) -> None:
-        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "always",
-                "--save", ""]
-        self.child = spawn(f"redis-{self.port}", argv, self.dir)
-        wait_for(self.answers, 20, f"private redis on port {self.port}")
-
-    def answers(self) -> bool:
-        try:
-            return bool(self.client.ping())
-        except redis.ConnectionError:
-            return False
-
-    def stop(self) -> None:
-        if self.child is not None:
-            self.child.stop()
-            self.child = None
 
 
 @pytest.fixture
@@ -97,7 +60,7 @@ def publish_with_lock_redis(monkeypatch: pytest.MonkeyPatch) -> Any:
         cfg = settings()
         store = LockStore(redis.Redis.from_url(url, decode_responses=True,
                                                socket_connect_timeout=1), cfg.key_prefix)
-        keeper = LeaseKeeper(store, cfg, publish_handover)
+        keeper = LeaseKeeper(store, cfg)
         monkeypatch.setattr(lock_runtime, "_current", Runtime(cfg, store, keeper, os.getpid()))
     return use
 

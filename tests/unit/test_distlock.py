@@ -10,7 +10,7 @@ from config.errors import ConfigError, InvalidMessage
 from config.settings import load_settings
 from tasks.distlock import user_lock
 from tasks.distlock.decorator import LockSpec, message_user
-from tasks.distlock.tickets import SEQ, SINCE, ParkedJob, Ticket
+from tasks.distlock.job import DROPPED_RESULT, PARKED_RESULT, SEQ, SINCE, ParkedJob, Ticket
 
 
 def test_the_key_is_taken_from_the_message() -> None:
@@ -40,7 +40,7 @@ def test_the_decorated_function_keeps_its_signature_and_carries_its_spec() -> No
 
 
 def test_a_ticket_travels_in_headers() -> None:
-    ticket = Ticket(seq=7, epoch="3", since=100.0, handover="tok")
+    ticket = Ticket(seq=7, since=100.0)
     request = SimpleNamespace(headers=ticket.headers())
     assert Ticket.from_request(request) == ticket
     assert Ticket.from_request(SimpleNamespace(headers=None)) == Ticket()
@@ -53,6 +53,27 @@ def test_two_copies_of_a_job_park_as_one_entry() -> None:
     b = ParkedJob("t", "id1", [{"a": 2, "b": 1}], {}, 1.5, {"x": 1})
     assert a.to_json() == b.to_json()
     assert ParkedJob.from_json(a.to_json()) == a
+
+
+def test_parked_and_dropped_deliveries_are_their_own_celery_events(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker reports a parked delivery as ``task-parked`` (Flower: PARKED)."""
+    from celery.worker.request import Request
+
+    from tasks.distlock.job import ParkAwareRequest
+
+    sent: list[tuple[str, dict[str, object]]] = []
+
+    def celery_send(self: object, type: str, **fields: object) -> None:
+        sent.append((type, fields))
+
+    monkeypatch.setattr(Request, "send_event", celery_send)
+    request = ParkAwareRequest.__new__(ParkAwareRequest)  # only send_event is exercised
+    request.send_event("task-succeeded", result=repr(f"{PARKED_RESULT} user=u #3"))
+    request.send_event("task-succeeded", result=repr(f"{DROPPED_RESULT} user=u #2"))
+    request.send_event("task-succeeded", result="None")
+    assert [t for t, _ in sent] == ["task-parked", "task-dropped", "task-succeeded"]
+    assert sent[0][1]["info"] == f"{PARKED_RESULT} user=u #3"
 
 
 def test_lock_settings_are_checked() -> None:

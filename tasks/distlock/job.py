@@ -1,0 +1,157 @@
+"""What a locked job carries and what it shows: its ticket (message headers), its
+parked JSON, the grant a running job holds, and its visible events (log lines,
+Prometheus counters, and the Celery event ``task-parked``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from celery.worker.request import Request
+from prometheus_client import Counter
+
+log = logging.getLogger("recur.distlock")
+
+SEQ = "recur_lock_seq"
+SINCE = "recur_lock_since"
+TICKET_HEADERS = frozenset({SEQ, SINCE})
+#: What a parked (dropped) delivery returns; the worker reports it as the Celery
+#: event ``task-parked`` (``task-dropped``) instead of ``task-succeeded``.
+PARKED_RESULT, DROPPED_RESULT = "recur:parked", "recur:dropped"
+
+EVENTS = Counter("recur_lock_events", "Per-user lock events by kind and task.",
+                 ["event", "task"])
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A job's place in its user's line: its number (0: numbered on arrival) and its
+    submission time. Custom headers, so Celery retries and handovers keep them."""
+
+    seq: int = 0
+    since: float = 0.0
+
+    @classmethod
+    def from_request(cls, request: Any) -> Ticket:
+        """The ticket of the running task (defaults when it was published without one)."""
+        headers = getattr(request, "headers", None) or {}
+
+        def get(name: str) -> Any:
+            value = headers.get(name, getattr(request, name, None))
+            return 0 if value is None else value
+
+        return cls(seq=int(get(SEQ)), since=float(get(SINCE)))
+
+    def headers(self) -> dict[str, Any]:
+        """Celery ``headers=`` for publishing a job with this ticket."""
+        return {SEQ: self.seq, SINCE: self.since}
+
+    def waited(self, now: float | None = None) -> float:
+        """Seconds since the job was submitted (0 when unknown)."""
+        return max(0.0, (now or time.time()) - self.since) if self.since else 0.0
+
+
+@dataclass(frozen=True)
+class ParkedJob:
+    """A job waiting in Redis for its user: enough to run or publish it again."""
+
+    task: str
+    id: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    since: float
+    #: The message's other custom headers (e.g. the scheduler's dispatch token).
+    headers: dict[str, Any]
+
+    def to_json(self) -> str:
+        """Deterministic JSON: two copies of one job park as one entry."""
+        return json.dumps({"task": self.task, "id": self.id, "args": self.args,
+                           "kwargs": self.kwargs, "since": self.since,
+                           "headers": self.headers},
+                          sort_keys=True, separators=(",", ":"), default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> ParkedJob:
+        raw = json.loads(text)
+        return cls(task=raw["task"], id=raw["id"], args=list(raw["args"]),
+                   kwargs=dict(raw["kwargs"]), since=float(raw["since"]),
+                   headers=dict(raw.get("headers") or {}))
+
+
+def other_headers(request: Any) -> dict[str, Any]:
+    """The custom headers of ``request`` that are not the lock's own ticket."""
+    headers = getattr(request, "headers", None) or {}
+    return {k: v for k, v in headers.items() if k not in TICKET_HEADERS}
+
+
+@dataclass(frozen=True)
+class LockGrant:
+    """The lock a running task holds (``self.request.user_lock``); ``fence`` only
+    grows, so a downstream write can refuse a holder older than one it has seen."""
+
+    user: str
+    token: str
+    seq: int
+    fence: int
+
+
+def fencing_token(task: Any) -> int | None:
+    """The fencing token of the lock ``task`` holds (None when it runs unlocked)."""
+    grant = getattr(task.request, "user_lock", None)
+    return grant.fence if isinstance(grant, LockGrant) else None
+
+
+class ParkAwareRequest(Request):  # type: ignore[misc]
+    """The worker's request of a message task: a parked (dropped) delivery is reported
+    as the Celery event ``task-parked`` (``task-dropped``), so Flower shows the state
+    PARKED (DROPPED), not a success. Set as ``MessageTask.Request``."""
+
+    def send_event(self, type: str, **fields: Any) -> None:
+        if type == "task-succeeded":
+            result = str(fields.get("result", ""))
+            for marker, event in ((PARKED_RESULT, "task-parked"),
+                                  (DROPPED_RESULT, "task-dropped")):
+                if marker in result[:16]:
+                    type, fields = event, {"info": result.strip("'\""), **fields}
+        super().send_event(type, **fields)
+
+
+def parked(task: str, job_id: str, user: str, seq: int) -> str:
+    """The user was busy (or an earlier job had not finished): the job is parked."""
+    EVENTS.labels("skipped_busy", task).inc()
+    log.info("skipped: user busy: task %s job %s user %s parked as #%d; it runs when the "
+             "jobs before it have finished", task, job_id, user, seq)
+    return f"{PARKED_RESULT} user={user} #{seq}"
+
+
+def refused(task: str, job_id: str, user: str, seq: int, why: str) -> None:
+    EVENTS.labels(why, task).inc()
+    log.warning("dropped: job %s (%s) of user %s #%d: %s", job_id, task, user, seq,
+                {"duplicate": "it already ran (a second copy)"}.get(why, why))
+
+
+def redis_down(task: str, job_id: str, user: str, delay: float, error: Exception) -> None:
+    EVENTS.labels("redis_down", task).inc()
+    log.warning("not run: lock of user %s unavailable for job %s (%s): %s; "
+                "re-enqueued in %.1fs (fail closed)", user, job_id, task, error, delay)
+
+
+def unlocked(task: str, job_id: str, user: str, error: Exception) -> None:
+    EVENTS.labels("unlocked", task).inc()
+    log.warning("running UNLOCKED: job %s (%s) of user %s: %s "
+                "(RECUR_LOCK_WHEN_REDIS_DOWN=run-unlocked)", job_id, task, user, error)
+
+
+def lease_lost(user: str, token: str) -> None:
+    EVENTS.labels("lease_lost", "").inc()
+    log.error("lock of user %s lost by its holder (token %s…): the lease expired under "
+              "the task; its fencing token is stale", user, token[:8])
+
+
+def handover_failed(user: str, job_id: str, error: Exception) -> None:
+    EVENTS.labels("handover_failed", "").inc()
+    log.warning("could not publish job %s of user %s after a handover: %s; the reaper "
+                "hands it over again after RECUR_LOCK_GAP_TIMEOUT", job_id, user, error)

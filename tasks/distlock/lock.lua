@@ -1,0 +1,242 @@
+-- The per-user lock's Redis side. store.py loads this file once per entry
+-- point, with "return <entry>()" appended: submit, acquire, release, wake,
+-- extend. Every read and write of a user's line is one of these atomic calls.
+--
+-- Keys (config/keys.py), for user <u>:
+--   KEYS[1] <prefix>:lock:{<u>}:owner    string  token of the holder, PX = lease
+--   KEYS[2] <prefix>:lock:{<u>}:mark     hash    started  highest number that started
+--                                                done     highest number that finished
+--                                                gapat    ms when parked jobs stop waiting
+--                                                         for a missing earlier one
+--   KEYS[3] <prefix>:lock:{<u>}:wait     zset    numbers given out, not finished yet
+--   KEYS[4] <prefix>:lock:{<u>}:parked   zset    parked job JSON -> number
+--   KEYS[5] <prefix>:lock:{<u>}:skipped  set     numbers passed over (never to run)
+--   KEYS[6] <prefix>:lock:{<u>}:ids      hash    task id -> number, for jobs numbered
+--                                                on arrival (eta, unnumbered)
+--   KEYS[7] <prefix>:lock:wake           zset    user -> ms when to look at it again
+--   KEYS[8] <prefix>:lock:counter        string  ONE global counter: job numbers and
+--                                                fencing tokens (never reused)
+--   KEYS[9] <prefix>:lock:stats          hash    event counters
+--
+-- The rule: a job numbered s may start only if s > done, s >= started and s
+-- is the lowest number in wait. So a finished job never runs again and no job
+-- starts after a later job of its user started. mark, wait, skipped and ids
+-- live `keep` ms after the user's last call (the wait budget plus a margin,
+-- set by store.py): every copy of a job is older than the budget by the time
+-- they are gone, and such a copy is refused (status 4), never run. parked has
+-- no expiry: it holds jobs whose messages were acknowledged.
+-- Times come from Redis (TIME), except a job's submission time (ARGV since).
+
+local MAX_SKIP = 1000  -- at most this many missing numbers remembered per gap
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function count(event, n)
+  redis.call('HINCRBY', KEYS[9], event, n or 1)
+end
+
+-- Keep the user's memory for `keep` ms from now (absent keys are left absent).
+local function keep(keep_ms)
+  for i = 2, 6 do
+    if i ~= 4 then redis.call('PEXPIRE', KEYS[i], keep_ms) end
+  end
+end
+
+local function marks()
+  local m = redis.call('HMGET', KEYS[2], 'started', 'done', 'gapat')
+  return tonumber(m[1] or 0), tonumber(m[2] or 0), m[1] ~= false, m[3]
+end
+
+-- The lowest number not finished; `seq` joins wait first if it is not there
+-- (its record expired or was lost with a Redis that restarted empty).
+local function first_waiting(seq)
+  local head = redis.call('ZRANGE', KEYS[3], 0, 0)
+  local first = tonumber(head[1])
+  if first == nil or first > seq then
+    redis.call('ZADD', KEYS[3], seq, seq)
+    return seq
+  end
+  return first
+end
+
+-- The deadline for parked jobs that wait on a missing earlier job.
+local function gap_deadline(now, gap_ms)
+  local gapat = tonumber(redis.call('HGET', KEYS[2], 'gapat') or 0)
+  if gapat == 0 then
+    gapat = now + gap_ms
+    redis.call('HSET', KEYS[2], 'gapat', gapat)
+  end
+  return gapat
+end
+
+-- Give the free lock to the first parked job whose turn has come. With `take`
+-- ('' = no) the lock is taken for that token now (the caller runs the job);
+-- otherwise the lock stays free and the caller publishes the job, whose copy
+-- takes it on arrival; the user is looked at again after gap_ms in case that
+-- copy never comes. Returns 0 or {1, job JSON, seq, fence (0 if not taken)}.
+local function hand_over(user, take, ttl, gap_ms, now)
+  local head, seq
+  while true do
+    head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+    if #head == 0 then
+      redis.call('ZREM', KEYS[7], user)
+      return 0
+    end
+    seq = tonumber(head[2])
+    local started, done = marks()
+    if seq >= started and seq > done then break end
+    redis.call('ZREM', KEYS[4], head[1])  -- another copy of it has run since it parked
+    count('duplicates')
+  end
+  local first = first_waiting(seq)
+  now = now or now_ms()
+  if first < seq then
+    local gapat = gap_deadline(now, gap_ms)
+    if now < gapat then
+      redis.call('ZADD', KEYS[7], gapat, user)
+      return 0
+    end
+    local missing = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. seq)
+    for i = 1, math.min(#missing, MAX_SKIP) do redis.call('SADD', KEYS[5], missing[i]) end
+    redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. seq)
+    count('gap_skips', #missing)
+  end
+  redis.call('HDEL', KEYS[2], 'gapat')
+  count('handovers')
+  if take == '' then
+    redis.call('ZADD', KEYS[7], now + gap_ms, user)
+    count('published')
+    return {1, head[1], seq, 0}
+  end
+  redis.call('SET', KEYS[1], take, 'PX', ttl)
+  redis.call('HSET', KEYS[2], 'started', seq)
+  redis.call('ZADD', KEYS[7], now + ttl, user)
+  return {1, head[1], seq, redis.call('INCR', KEYS[8])}
+end
+
+-- Number a job when it is published. ARGV: 1 keep ms. Returns the number.
+local function submit()
+  local seq = redis.call('INCR', KEYS[8])
+  redis.call('ZADD', KEYS[3], seq, seq)
+  redis.call('HSETNX', KEYS[2], 'started', 0)
+  keep(tonumber(ARGV[1]))
+  return seq
+end
+
+-- Take the lock for one job, or park it, or refuse it.
+-- ARGV: 1 user, 2 token, 3 lease ms, 4 job's number (0: none), 5 task id,
+--       6 job JSON, 7 gap ms, 8 keep ms, 9 submitted at (ms, 0: unknown),
+--       10 wait budget ms
+-- Returns "<status> <seq> <fence>": 1 acquired, 0 parked, 2 duplicate (it
+-- finished, or a copy of it ran), 3 passed over (a gap timeout skipped it:
+-- later jobs have started), 4 too old (the user's memory is gone and the job
+-- is past the wait budget).
+local function acquire()
+  local user, token, ttl, seq = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+  local started, done, known, gapat = marks()
+  local now = now_ms()
+  if seq == 0 then
+    seq = tonumber(redis.call('HGET', KEYS[6], ARGV[5]) or 0)
+    if seq == 0 then
+      seq = redis.call('INCR', KEYS[8])
+      redis.call('HSET', KEYS[6], ARGV[5], seq)
+      redis.call('ZADD', KEYS[3], seq, seq)
+    end
+  elseif not known and tonumber(ARGV[9]) > 0
+      and now - tonumber(ARGV[9]) > tonumber(ARGV[10]) then
+    count('too_old')
+    return '4 ' .. seq .. ' 0'
+  end
+  if not known then redis.call('HSET', KEYS[2], 'started', 0) end
+  keep(tonumber(ARGV[8]))
+  if seq < started or seq <= done then
+    if redis.call('SISMEMBER', KEYS[5], seq) == 1 then
+      count('passed_over')
+      return '3 ' .. seq .. ' 0'
+    end
+    count('duplicates')
+    return '2 ' .. seq .. ' 0'
+  end
+  if first_waiting(seq) == seq then
+    local owner = redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl, 'GET')
+    if not owner then
+      redis.call('HSET', KEYS[2], 'started', seq)
+      if gapat then redis.call('HDEL', KEYS[2], 'gapat') end
+      if redis.call('EXISTS', KEYS[4]) == 1 then
+        redis.call('ZADD', KEYS[7], 'LT', now + ttl, user)
+      end
+      return '1 ' .. seq .. ' ' .. redis.call('INCR', KEYS[8])
+    end
+  end
+  -- Parked: busy (the lock is held: look again when its lease ends) or early (an
+  -- earlier job has not come back yet: a gap, which times out).
+  local pttl = redis.call('PTTL', KEYS[1])
+  local deadline
+  if pttl > 0 then
+    count('busy')
+    deadline = now + pttl
+  else
+    count('early')
+    deadline = gap_deadline(now, tonumber(ARGV[7]))
+  end
+  redis.call('ZADD', KEYS[4], seq, ARGV[6])
+  redis.call('ZADD', KEYS[7], 'LT', deadline, user)
+  return '0 ' .. seq .. ' 0'
+end
+
+-- Release after a job and hand the lock to the next parked job.
+-- ARGV: 1 user, 2 token, 3 job's number, 4 outcome: 'done', 'failed' (it
+--       goes to the dead-letter queue; a replay is a new job), 'retry' (Celery
+--       publishes it again: it keeps its place), 'again' (it stays parked and is
+--       handed over again), 5 take token ('' = hand over through the broker),
+--       6 lease ms, 7 gap ms, 8 keep ms, 9 task id
+-- Returns -1 when another token holds the lock (nothing is touched), else
+-- hand_over's answer. An expired lease that nobody took since still records
+-- the outcome, so the user does not wait for a job that has finished.
+local function release()
+  local user, token, seq, outcome = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+  local owner = redis.call('GET', KEYS[1])
+  if owner and owner ~= token then
+    count('refused')
+    return -1
+  end
+  if owner then redis.call('DEL', KEYS[1]) else count('expired') end
+  if outcome == 'done' or outcome == 'failed' then
+    local _, done = marks()
+    if seq > done then redis.call('HSET', KEYS[2], 'done', seq) end
+    redis.call('ZREM', KEYS[3], seq)
+    if outcome == 'failed' then redis.call('HDEL', KEYS[6], ARGV[9]) end
+  end
+  if outcome ~= 'again' then redis.call('ZREMRANGEBYSCORE', KEYS[4], seq, seq) end
+  keep(tonumber(ARGV[8]))
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    redis.call('ZREM', KEYS[7], user)
+    return 0
+  end
+  return hand_over(user, ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), nil)
+end
+
+-- A reaper looks at a user whose wake time came: a held lease moves the wake
+-- time to its expiry; a free lock goes to the first parked job, through the
+-- broker. ARGV: 1 user, 2 lease ms, 3 gap ms. Returns hand_over's answer.
+local function wake()
+  local now = now_ms()
+  local pttl = redis.call('PTTL', KEYS[1])
+  if pttl > 0 then
+    redis.call('ZADD', KEYS[7], now + pttl, ARGV[1])
+    return 0
+  end
+  return hand_over(ARGV[1], '', tonumber(ARGV[2]), tonumber(ARGV[3]), now)
+end
+
+-- The watchdog extends the lease if this token still holds it.
+-- ARGV: 1 token, 2 lease ms. Returns 1 when extended, 0 when it lost the lock.
+local function extend()
+  if redis.call('GET', KEYS[1]) == ARGV[1] then
+    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  end
+  return 0
+end
