@@ -4,37 +4,34 @@
    a bare ``SET NX PX`` + Lua compare-and-delete pair (the floor), redis-py's
    own ``Lock``, and recur's lock (acquire + release, and with the per-job
    numbering done at publish time added).
-2. Contention: one hot user with ``--hot`` queued jobs among ``--others``
-   other users' jobs (one each), on 4 worker processes (2 workers x
-   concurrency 2). Every job is on the broker before any worker consumes (the
-   workers start paused; the broker must show no consumer before publishing
-   and every message queued before they go), so the makespans measure the
-   workers and the lock, not the publisher. recur's lock with the default
-   chain (parked jobs run by the releasing process, then through the broker)
-   and with RECUR_LOCK_CHAIN_SECONDS=0 (every handover through the broker),
-   against plain retry-on-busy (redis-py ``Lock``, ``self.retry(countdown=0)``
-   while the user is busy). Two references for the other users: the same
-   1,500 jobs with the hot user's jobs spread over distinct users (the same
-   load without the contention) and the other users' jobs alone.
-   Reports busy re-enqueues per executed job, order inversions, the hot
-   user's makespan (its first start to its last finish) against its serial
-   lower bound (the sum of its job durations), and for the other users their
-   makespan, jobs per second and how long their jobs waited in a worker
-   between delivery and start (a job stuck behind a chain would show here).
-   Every mode runs ``--repeats`` times, interleaved; figures are medians, with
-   each repeat's value of the main ones under ``per_repeat``. "The other
-   users are unaffected" means: their median makespan is no longer than the
-   slowest repeat of the same-load reference (``others_unaffected``).
+2. Contention at depth: one hot user's ``--hot`` jobs at the head of the short
+   queue, then ``depth`` other messages ready behind them (one job per other
+   user), for each of ``--depths`` (default 0, 2,000, 5,000), on 4 worker
+   processes (2 workers x concurrency 2). Every job is on the broker before any
+   worker consumes (the workers start paused; the broker must show no consumer
+   before publishing and every message queued before they go). Modes:
+   ``recur_lock`` (the default: the releasing process runs the user's next job,
+   whatever the queue depth), ``recur_lock_chain0`` (every handover through the
+   broker), ``retry_on_busy`` (redis-py ``Lock`` + ``self.retry(countdown=0)``),
+   and two references for the other users: ``same_load_spread`` (the same jobs,
+   the hot user's spread over distinct users: the same work without the
+   contention) and ``others_alone`` (the other users' jobs only).
+   Reports busy re-enqueues per executed job, order inversions, the hot user's
+   makespan (first start to last finish) against its serial bound (the sum of
+   its job durations) and its arrival bound, the gap between one hot job's end
+   and the next one's start (the handover), and the other users' jobs per
+   second against both references.
 
 Runs in its own RabbitMQ vhost and Redis key prefix, removed afterwards.
 
-    python -m bench.bench_distlock [--pairs 3000] [--hot 500] [--others 1000] [--ms 10]
-                                   [--parts overhead,contention] [--repeats 3]
+    python -m bench.bench_distlock [--pairs 3000] [--hot 500] [--depths 0,2000,5000]
+                                   [--ms 10] [--parts overhead,contention] [--repeats 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import socket
@@ -114,17 +111,19 @@ def overhead(pairs: int) -> dict[str, Any]:
         assert lock.acquire(blocking=False)
         lock.release()
 
-    def pair(lock: LockStore, user: str, seq: int, epoch: str) -> None:
+    def pair(lock: LockStore, user: str, seq: int) -> None:
         token = new_token()
-        got = lock.acquire(user, token, 30, seq, epoch, "{}", "", 300)
+        got = lock.acquire(user, token, 30, seq, "task-id", "{}", 300)
         assert got.status == 1
-        lock.release(user, token, got.seq, "done", 30, 300)
+        lock.release(user, token, got.seq, "done", 30, 300, "task-id")
 
-    def recur(user: str, ticket: tuple[int, str]) -> None:
-        pair(store, user, *ticket)
+    def recur(user: str, seq: int) -> None:
+        pair(store, user, seq)
+
+    numbered = iter(range(10**9))
 
     def numbered_on_arrival(user: str, _: Any) -> None:
-        pair(arrival_store, user, 0, "")
+        pair(arrival_store, f"{user}-{next(numbered)}", 0)
 
     def submit(user: str, _: Any) -> None:
         submit_store.submit(user)
@@ -203,19 +202,12 @@ def _app() -> Any:
 
 def queue_jobs(task: Any, hot: int, others: int, ms: float,
                spread: bool = False) -> dict[str, list[str]]:
-    """The hot user's jobs spread evenly among the other users' single jobs; with
-    ``spread`` each of those jobs has a user of its own instead (no contention)."""
+    """The hot user's jobs at the head of the queue, then ``others`` other users' single
+    jobs; with ``spread`` each hot job has a user of its own instead (no contention)."""
     submitted: dict[str, list[str]] = {}
-    total = hot + others
-    hot_every = total / hot if hot else 0
-    hot_sent, other_sent = 0, 0
-    for i in range(total):
-        if hot and hot_sent < hot and i >= hot_sent * hot_every:
-            user, n = (f"spread{hot_sent}", 0) if spread else ("hot", hot_sent)
-            hot_sent += 1
-        else:
-            user, n = f"other{other_sent}", 0
-            other_sent += 1
+    line = [(f"spread{i}", 0) if spread else ("hot", i) for i in range(hot)]
+    line += [(f"other{i}", 0) for i in range(others)]
+    for user, n in line:
         job_id = f"{user}-{n}"
         task.delay({"id": job_id, "user_id": user, "bucket": "short", "payload": {"ms": ms}})
         submitted.setdefault(user, []).append(job_id)
@@ -264,7 +256,7 @@ def contention_run(mode: str, hot: int, others: int, ms: float, run_dir: Path) -
         queued_messages = queue_counts()[0]
         go_at = time.time()
         workers.go()
-        wait_for(lambda: client.llen(distlock_tasks.runs_key()) >= total, 600,
+        wait_for(lambda: client.llen(distlock_tasks.runs_key()) >= total, 900,
                  f"{mode}: {total} jobs to run", interval=0.2)
     finally:
         workers.stop()
@@ -327,9 +319,11 @@ def summarize(mode: str, runs: list[dict[str, Any]], submitted: dict[str, list[s
     reenqueues = retries if mode == "retry_on_busy" else published
     figures: dict[str, Any] = {
         "executed": len(runs), "distinct_jobs": len({r["id"] for r in runs}),
-        "others_per_second": round(len(others) / (max(r["end"] for r in others) - first), 1),
         "all_per_second": round(len(runs) / (max(r["end"] for r in runs) - first), 1),
     }
+    if others:
+        figures["others_per_second"] = round(
+            len(others) / (max(r["end"] for r in others) - first), 1)
     if mode == "retry_on_busy":
         figures["busy_reenqueues"] = retries
     else:
@@ -341,7 +335,11 @@ def summarize(mode: str, runs: list[dict[str, Any]], submitted: dict[str, list[s
     if hot:
         serial = sum(r["end"] - r["start"] for r in hot)
         makespan = max(r["end"] for r in hot) - hot[0]["start"]
+        gaps = sorted(b["start"] - a["end"] for a, b in itertools.pairwise(hot))
         figures.update({
+            "hot_handover_gap_ms": {"median": round(1000 * statistics.median(gaps), 1),
+                                    "p99": round(1000 * gaps[int(len(gaps) * 0.99) - 1], 1),
+                                    "max": round(1000 * gaps[-1], 1)} if gaps else {},
             "hot_order_inversions": inversions([r["id"] for r in hot], submitted["hot"]),
             "hot_makespan_s": round(makespan, 2), "hot_serial_bound_s": round(serial, 2),
             "hot_makespan_vs_serial": round(makespan / serial, 2)})
@@ -386,45 +384,32 @@ def name_in(runs: list[dict[str, Any]], name: str) -> bool:
     return all(name in run for run in runs)
 
 
-def others_unaffected(mode: dict[str, Any], same_load: dict[str, Any]) -> dict[str, Any]:
-    """The other users' jobs under the hot user's contention against the same 1,500 jobs
-    without it. "Unaffected" means: the median over the repeats of the time the other
-    users' 1,000 jobs took (first start to last finish) is no longer than the slowest
-    repeat of the same-load run, i.e. within that reference's own run-to-run spread."""
-    slowest = max(same_load["per_repeat"]["others_makespan_s"])
-    return {"others_per_second_vs_same_load": round(
-                mode["others_per_second"] / same_load["others_per_second"], 2),
-            "others_makespan_vs_same_load": round(
-                mode["others_makespan_s"] / same_load["others_makespan_s"], 2),
-            "others_makespan_vs_slowest_same_load": round(
-                mode["others_makespan_s"] / slowest, 2),
-            "others_unaffected": mode["others_makespan_s"] <= slowest}
-
-
-def contention(hot: int, others: int, ms: float, log_dir: Path, modes: list[str],
+def contention(hot: int, depths: list[int], ms: float, log_dir: Path, modes: list[str],
                repeats: int) -> dict[str, Any]:
-    """Every mode ``repeats`` times, interleaved (mode after mode, then again) so a load
-    change on the shared machine hits every mode alike; medians and each repeat."""
-    runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
-    for i in range(repeats):
-        for mode in modes:
-            runs[mode].append(contention_run(mode, 0 if mode == "others_alone" else hot,
-                                             others, ms, log_dir / f"{mode}-{i}"))
+    """Every mode at every depth ``repeats`` times, interleaved (mode after mode, then
+    again) so a load change on the shared machine hits every mode alike."""
     figures: dict[str, Any] = {
-        "hot_jobs": hot, "other_users": others, "job_ms": ms, "worker_processes": 4,
-        "repeats": repeats, **{mode: median_of(runs[mode]) for mode in modes},
+        "hot_jobs": hot, "job_ms": ms, "worker_processes": 4, "repeats": repeats,
         "goals": {"busy_reenqueues_per_executed_job": 0.1, "hot_order_inversions": 0,
-                  "hot_makespan_vs_serial": 1.2,
-                  "others_unaffected": "median others_makespan_s <= the slowest "
-                                       "same_load_spread repeat"}}
-    for mode in ("recur_lock", "recur_lock_chain0", "retry_on_busy"):
-        if mode in figures and "same_load_spread" in figures:
-            figures[mode].update(others_unaffected(figures[mode],
-                                                   figures["same_load_spread"]))
-        if mode in figures and "others_alone" in figures:
-            figures[mode]["others_per_second_vs_alone"] = round(
-                figures[mode]["others_per_second"]
-                / figures["others_alone"]["others_per_second"], 2)
+                  "hot_makespan_vs_serial": 1.2, "others_per_second_vs_reference": 0.9}}
+    for depth in depths:
+        runs: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes
+                                                 if depth or mode != "others_alone"}
+        for i in range(repeats):
+            for mode in runs:
+                runs[mode].append(contention_run(
+                    mode, 0 if mode == "others_alone" else hot, depth, ms,
+                    log_dir / f"{depth}-{mode}-{i}"))
+        at_depth = {mode: median_of(runs[mode]) for mode in runs}
+        for mode in ("recur_lock", "recur_lock_chain0", "retry_on_busy"):
+            if mode not in at_depth or "others_per_second" not in at_depth[mode]:
+                continue
+            for ref in ("same_load_spread", "others_alone"):
+                if ref in at_depth and "others_per_second" in at_depth[ref]:
+                    at_depth[mode][f"others_per_second_vs_{ref}"] = round(
+                        at_depth[mode]["others_per_second"]
+                        / at_depth[ref]["others_per_second"], 2)
+        figures[f"depth_{depth}"] = at_depth
     return figures
 
 
@@ -432,13 +417,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pairs", type=int, default=3000)
     parser.add_argument("--hot", type=int, default=500)
-    parser.add_argument("--others", type=int, default=1000)
+    parser.add_argument("--depths", default="0,2000,5000",
+                        help="comma list of other messages ready behind the hot user's")
     parser.add_argument("--ms", type=float, default=10.0)
     parser.add_argument("--parts", default="overhead,contention",
                         help="comma list of the parts to run")
-    parser.add_argument("--modes", default=",".join(MODES),
+    parser.add_argument("--modes", default="recur_lock,same_load_spread,others_alone",
                         help="comma list of the contention modes to run")
-    parser.add_argument("--repeats", type=int, default=3,
+    parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each contention mode (medians are reported)")
     opts = parser.parse_args()
     parts = set(opts.parts.split(","))
@@ -457,8 +443,9 @@ def main() -> None:
         if "overhead" in parts:
             figures["overhead"] = overhead(opts.pairs)
         if "contention" in parts:
-            figures["contention"] = contention(opts.hot, opts.others, opts.ms, log_dir,
-                                               opts.modes.split(","), opts.repeats)
+            figures["contention"] = contention(
+                opts.hot, [int(d) for d in opts.depths.split(",")], opts.ms, log_dir,
+                opts.modes.split(","), opts.repeats)
             figures["worker_logs"] = str(log_dir)
         write_result("distlock", figures)
     finally:

@@ -42,6 +42,7 @@ from tasks.distlock.runtime import (
     lock_spec_of,
     publish_handover,
     runtime,
+    task_events_on,
 )
 from tasks.distlock.store import (
     ACQUIRED,
@@ -279,17 +280,32 @@ def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any, ttl: flo
         id=job.id, args=job.args, kwargs=job.kwargs, headers=headers, **headers,
         hostname=parent.hostname, delivery_info=parent.delivery_info, called_directly=False,
         retries=0, root_id=job.id, user_lock=grant, **{INLINE: True}))
+    began = time.monotonic()
+    event(task, "task-started")
     try:
         held.run(lambda: task(*job.args, **job.kwargs))
+        event(task, "task-succeeded", result="None", runtime=time.monotonic() - began)
     except (Retry, Ignore):
         pass
     except Exception as exc:
         held.outcome = "again"
+        event(task, "task-failed", exception=repr(exc), traceback="")
         log.warning("job %s of user %s failed when run after the job before it: %r; it is "
                     "published to run once more through the broker", job.id, user, exc)
     finally:
         task.request_stack.pop()
     return held.release(chain=chain)
+
+
+def event(task: Any, kind: str, **fields: Any) -> None:
+    """A Celery task event for a job run by the chain (which has no delivery of its
+    own), when the worker sends task events (``-E``): Flower then shows it run."""
+    if not task_events_on():
+        return
+    try:
+        task.send_event(kind, **fields)
+    except Exception as exc:  # monitoring must not fail the job
+        log.debug("could not send %s for job %s: %r", kind, task.request.id, exc)
 
 
 def extended(rt: Runtime, grant: LockGrant, ttl: float) -> bool:

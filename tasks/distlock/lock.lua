@@ -38,11 +38,11 @@ local function count(event, n)
   redis.call('HINCRBY', KEYS[9], event, n or 1)
 end
 
--- Keep the user's memory for `keep` ms from now (absent keys are left absent).
+-- Keep the user's line (mark, wait) for `keep` ms from now; skipped and ids get
+-- the same lifetime when they are written.
 local function keep(keep_ms)
-  for i = 2, 6 do
-    if i ~= 4 then redis.call('PEXPIRE', KEYS[i], keep_ms) end
-  end
+  redis.call('PEXPIRE', KEYS[2], keep_ms)
+  redis.call('PEXPIRE', KEYS[3], keep_ms)
 end
 
 local function marks()
@@ -101,6 +101,7 @@ local function hand_over(user, take, ttl, gap_ms, now)
     end
     local missing = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', '(' .. seq)
     for i = 1, math.min(#missing, MAX_SKIP) do redis.call('SADD', KEYS[5], missing[i]) end
+    redis.call('PEXPIRE', KEYS[5], redis.call('PTTL', KEYS[2]))
     redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. seq)
     count('gap_skips', #missing)
   end
@@ -138,20 +139,29 @@ local function acquire()
   local user, token, ttl, seq = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local started, done, known, gapat = marks()
   local now = now_ms()
-  if seq == 0 then
+  local since, too_old = tonumber(ARGV[9]), false
+  too_old = since > 0 and now - since > tonumber(ARGV[10])
+  if seq == 0 then  -- numbered on arrival: once, by task id
     seq = tonumber(redis.call('HGET', KEYS[6], ARGV[5]) or 0)
     if seq == 0 then
+      if too_old then  -- its number may have been forgotten: never a new one
+        count('too_old')
+        return '4 0 0'
+      end
       seq = redis.call('INCR', KEYS[8])
       redis.call('HSET', KEYS[6], ARGV[5], seq)
+      redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[8]))
       redis.call('ZADD', KEYS[3], seq, seq)
+      known = false  -- refresh the line's lifetime below
     end
-  elseif not known and tonumber(ARGV[9]) > 0
-      and now - tonumber(ARGV[9]) > tonumber(ARGV[10]) then
+  elseif not known and too_old then  -- the user's line is gone: it cannot be placed
     count('too_old')
     return '4 ' .. seq .. ' 0'
   end
-  if not known then redis.call('HSET', KEYS[2], 'started', 0) end
-  keep(tonumber(ARGV[8]))
+  if not known then
+    redis.call('HSETNX', KEYS[2], 'started', 0)
+    keep(tonumber(ARGV[8]))
+  end
   if seq < started or seq <= done then
     if redis.call('SISMEMBER', KEYS[5], seq) == 1 then
       count('passed_over')
@@ -165,9 +175,8 @@ local function acquire()
     if not owner then
       redis.call('HSET', KEYS[2], 'started', seq)
       if gapat then redis.call('HDEL', KEYS[2], 'gapat') end
-      if redis.call('EXISTS', KEYS[4]) == 1 then
-        redis.call('ZADD', KEYS[7], 'LT', now + ttl, user)
-      end
+      -- A user with parked jobs has a wake entry: bring it to this lease's end.
+      redis.call('ZADD', KEYS[7], 'XX', 'LT', now + ttl, user)
       return '1 ' .. seq .. ' ' .. redis.call('INCR', KEYS[8])
     end
   end
@@ -210,12 +219,9 @@ local function release()
     redis.call('ZREM', KEYS[3], seq)
     if outcome == 'failed' then redis.call('HDEL', KEYS[6], ARGV[9]) end
   end
-  if outcome ~= 'again' then redis.call('ZREMRANGEBYSCORE', KEYS[4], seq, seq) end
   keep(tonumber(ARGV[8]))
-  if redis.call('EXISTS', KEYS[4]) == 0 then
-    redis.call('ZREM', KEYS[7], user)
-    return 0
-  end
+  if redis.call('EXISTS', KEYS[4]) == 0 then return 0 end  -- nobody waits (most jobs)
+  if outcome ~= 'again' then redis.call('ZREMRANGEBYSCORE', KEYS[4], seq, seq) end
   return hand_over(user, ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), nil)
 end
 

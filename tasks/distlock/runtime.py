@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from celery.signals import before_task_publish, worker_process_init
+from celery.signals import before_task_publish, worker_init, worker_process_init
 
 from config.errors import LockUnavailable
 from config.settings import Settings, settings
@@ -186,6 +186,21 @@ def publish_handover(user: str, handover: Handover) -> None:
 def lock_spec_of(task: Any) -> Any:
     """The LockSpec of a task object (None when it is not locked)."""
     return getattr(getattr(task, "run", None), "__user_lock__", None)
+
+
+_task_events = False
+
+
+@worker_init.connect
+def remember_task_events(sender: Any = None, **_: Any) -> None:
+    """Whether this worker sends task events (``-E``): its processes then send them
+    for the jobs they run by the chain too (inherited by the forked children)."""
+    global _task_events
+    _task_events = bool(getattr(sender, "task_events", False))
+
+
+def task_events_on() -> bool:
+    return _task_events
 
 
 @worker_process_init.connect

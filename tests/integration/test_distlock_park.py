@@ -5,6 +5,7 @@ finish the row, and the job handed over next."""
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from typing import Any
@@ -17,6 +18,7 @@ from config import keys
 from tasks.distlock.job import PARKED_RESULT, SEQ, SINCE, ParkedJob
 from tasks.distlock.runtime import runtime
 from tasks.distlock.store import ACQUIRED, new_token
+from tasks.processes import wait_for
 from tests.support.locked_tasks import locked_work, read_runs
 
 pytestmark = pytest.mark.services
@@ -60,3 +62,49 @@ def test_a_busy_users_job_parks_returns_and_is_handed_over_next(
     for key in store.user_keys(user):
         redis_client.delete(key)
     redis_client.zrem(keys.lock_wake(store.prefix), user)
+
+
+def test_celery_events_show_a_parked_job_as_parked_then_run(
+        start_worker: Any, celery_app: Any, redis_client: redis.Redis) -> None:
+    """With task events on (``-E``), the parked delivery of job 1 is ``task-parked``
+    (Flower's state PARKED, not SUCCESS), and its run by job 0's process is
+    ``task-started`` then ``task-succeeded`` for the same task id."""
+    from celery.events.state import State
+
+    from tests.support.distlock_checks import INCLUDE, ended
+    from tests.support.distlock_checks import message as job_message
+    from tests.support.locked_tasks import locked_work as work
+
+    state, seen, stop = State(), [], threading.Event()
+
+    receivers: list[Any] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        state.event(event)
+        seen.append(event)
+        receivers[0].should_stop = stop.is_set()
+
+    def capture() -> None:
+        with celery_app.connection_for_read() as conn:
+            receivers.append(celery_app.events.Receiver(conn, handlers={"*": on_event}))
+            receivers[0].capture(limit=None, timeout=None, wakeup=False)
+
+    threading.Thread(target=capture, daemon=True).start()
+    start_worker("short", concurrency=2, args=("-E", *INCLUDE))
+    wait_for(lambda: any(e["type"] == "worker-heartbeat" for e in seen), 30,
+             "the worker's events to reach the receiver")
+    user = f"events-{uuid.uuid4().hex[:6]}"
+    first = work.delay(job_message(user, 0, ms=1500))
+    second = work.delay(job_message(user, 1, ms=5))
+
+    def types(task_id: str) -> list[str]:
+        return [e["type"] for e in seen if e.get("uuid") == task_id]
+
+    wait_for(lambda: "task-parked" in types(second.id), 30, "job 1's park event")
+    assert state.tasks[second.id].state == "PARKED"
+    wait_for(lambda: ended(redis_client, {f"{user}-1"}) == {f"{user}-1"}, 30, "job 1 to run")
+    wait_for(lambda: "task-succeeded" in types(second.id), 30, "job 1's run events")
+    stop.set()
+    assert types(second.id)[-2:] == ["task-started", "task-succeeded"]
+    assert "task-succeeded" in types(first.id) and "task-parked" not in types(first.id)
+    assert state.tasks[second.id].state == "SUCCESS"
