@@ -22,11 +22,12 @@ from config.buckets import Bucket
 from routing.queues import TASK_EXCHANGE
 
 #: Headers dropped when a message is replayed: the broker's dead-lettering ones, and a
-#: locked job's number (tasks/distlock), so a replay takes a new place in its user's
-#: line instead of being refused as a job that already ran.
+#: locked job's number and submission time (tasks/distlock), so a replay takes a new
+#: place in its user's line instead of being refused as a job that already ran.
 BROKER_HEADERS = ("x-death", "x-first-death-exchange", "x-first-death-queue",
                   "x-first-death-reason", "x-delivery-count", "x-last-death-reason",
-                  "x-last-death-queue", "x-last-death-exchange", "recur_lock_seq")
+                  "x-last-death-queue", "x-last-death-exchange", "recur_lock_seq",
+                  "recur_lock_since")
 
 
 @dataclass(frozen=True)
