@@ -54,7 +54,7 @@ def exporter_names() -> set[str]:
 def process_names() -> set[str]:
     """Every name the per-process metrics can take (counters, histograms, their suffixes)."""
     # Importing registers them: the scheduler's counters, the lock's, the worker's.
-    for module in ("scheduler.metrics", "tasks.distlock.events", "tasks.metrics.worker_hooks"):
+    for module in ("scheduler.metrics", "tasks.distlock.job", "tasks.metrics.worker_hooks"):
         importlib.import_module(module)
 
     names: set[str] = set()
