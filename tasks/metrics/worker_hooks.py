@@ -17,6 +17,7 @@ from prometheus_client import Counter, Histogram
 
 from config.buckets import BUCKETS_BY_QUEUE
 from config.settings import settings
+from tasks.distlock.job import PARKED_RESULT
 from tasks.metrics.serve import MULTIPROC_ENV, serve_metrics
 
 TASKS = Counter("recur_worker_tasks", "Task runs finished, by bucket, task and state.",
@@ -54,11 +55,14 @@ def task_started(task_id: str = "", **_: Any) -> None:
 
 
 @task_postrun.connect
-def task_finished(task_id: str = "", task: Any = None, state: str = "", **_: Any) -> None:
+def task_finished(task_id: str = "", task: Any = None, state: str = "", retval: Any = None,
+                  **_: Any) -> None:
     started = _started.pop(task_id, None)
     if task is None:
         return
     bucket = _bucket(task)
+    if state == "SUCCESS" and isinstance(retval, str) and retval.startswith(PARKED_RESULT):
+        state = "PARKED"  # a locked job parked behind its user's running job
     TASKS.labels(bucket, task.name, state or "UNKNOWN").inc()
     if started is not None:
         RUNTIME.labels(bucket).observe(time.monotonic() - started)
