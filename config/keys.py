@@ -40,7 +40,8 @@ def reseq(prefix: str, destination: str, part: str) -> str:
     Parts: seq (string, last sequence number assigned), pending (hash seq -> arrival
     JSON, assigned but not yet sent or skipped), buffer (hash seq -> processed result
     JSON), sent (string, last sequence number sent or skipped), sender (string, token
-    of the one sender, with a TTL), wake (string, due ms of the booked sender run),
+    of the one sender, with its lease TTL), fence (string, fence of the latest sender
+    lease: only grows), wake (string, due ms of the booked sender run),
     gap (string 'seq:ms', when the sender first saw seq missing with later ones
     ready), skipped (list of skip records, newest first, capped), stats (hash of
     counters: sent, skipped, late).

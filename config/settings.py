@@ -115,6 +115,11 @@ class Settings:
     send_backoff_max: float = field(
         default=5.0,
         metadata=_doc("Longest wait between two tries of a send."))
+    sender_lease: float = field(
+        default=3.0,
+        metadata=_doc("Seconds a destination's sender lease lasts; a heartbeat renews it "
+                      "every third of that while the sender runs, so a killed sender's "
+                      "destinations resume after at most this long."))
     log_level: str = field(
         default="INFO",
         metadata=_doc("Log level of recur's processes."))
@@ -243,7 +248,7 @@ POSITIVE = frozenset({
     "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
     "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
     "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
-    "metrics_top_destinations", "status_interval"})
+    "metrics_top_destinations", "status_interval", "sender_lease"})
 NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
                           "lock_chain_seconds", "metrics_port"})
 AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})

@@ -9,6 +9,7 @@ The request names the destination and the sequence number (body and
 headers, plus ``Idempotency-Key: <destination>:<seq>``): if a sender crashes
 after the receiver got a message but before the send was recorded, the next
 sender sends the same sequence number again and the receiver can drop it.
+``X-Recur-Fence`` names the sender's lease (see :mod:`routing.lease`).
 """
 
 from __future__ import annotations
@@ -36,14 +37,19 @@ class Delivery:
     message_id: str
     arrived_at: float
     result: Any
+    #: The sender lease's fence (0: none); grows with every new lease of the destination.
+    fence: int = 0
 
     def body(self) -> dict[str, Any]:
         return {"destination": self.destination, "seq": self.seq, "id": self.message_id,
                 "arrived_at": self.arrived_at, "result": self.result}
 
     def headers(self) -> dict[str, str]:
-        return {"X-Recur-Destination": self.destination, "X-Recur-Seq": str(self.seq),
-                "Idempotency-Key": f"{self.destination}:{self.seq}"}
+        """The fence is a header, not in the body: a re-send by the next sender carries
+        the same body, and a receiver can refuse a fence lower than one it accepted."""
+        named = {"X-Recur-Destination": self.destination, "X-Recur-Seq": str(self.seq),
+                 "Idempotency-Key": f"{self.destination}:{self.seq}"}
+        return {**named, "X-Recur-Fence": str(self.fence)} if self.fence else named
 
 
 @cache
@@ -70,8 +76,8 @@ def post_with_retries(url: str, delivery: Delivery, cfg: Settings,
                       still_mine: Callable[[], bool]) -> int | None:
     """POST with up to RECUR_SEND_RETRIES retries and doubling backoff.
 
-    ``still_mine`` is asked before every try (it extends the sender lock); None
-    means the lock was lost and nothing more may be sent. Raises the last
+    ``still_mine`` is asked before every try (it extends the sender lease); None
+    means the lease was lost and nothing more may be sent. Raises the last
     DestinationUnavailable when every try failed.
     """
     wait, failures = cfg.send_backoff, 0

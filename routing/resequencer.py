@@ -25,6 +25,7 @@ from redis.commands.core import Script
 from config import keys
 from config.errors import ResequencerFull, ServiceUnavailable
 from config.settings import Settings
+from routing.lease import lease_ms
 
 #: Skip records kept per destination (newest first); the counter counts them all.
 SKIPPED_KEPT = 1000
@@ -43,13 +44,6 @@ def redis_errors(what: str) -> Iterator[None]:
 def lua_source(name: str) -> str:
     """Text of ``routing/lua/<name>.lua``."""
     return resources.files("routing.lua").joinpath(f"{name}.lua").read_text()
-
-
-def sender_ttl_ms(cfg: Settings) -> int:
-    """Sender lock lifetime: longer than one send attempt plus the wait before it, so
-    a live sender never loses its lock mid-request; short enough that a crashed
-    sender's destination is taken over within seconds."""
-    return int((2 * cfg.send_timeout + cfg.send_backoff_max + 5) * 1000)
 
 
 @dataclass(frozen=True)
@@ -90,7 +84,8 @@ class Resequencer:
         self.cfg = cfg
         self.scripts: dict[str, Script] = {
             name: client.register_script(lua_source(name))
-            for name in ("intake", "deposit", "advance", "extend", "release", "wake")}
+            for name in ("intake", "deposit", "acquire", "advance", "extend", "release",
+                         "wake")}
 
     def preload(self) -> None:
         """Load every script into Redis now, so the first message does not pay for it."""
@@ -134,11 +129,17 @@ class Resequencer:
             self.keys_of(destination, "sent", "pending", "buffer", "sender", "wake", "stats"),
             [seq, json.dumps(entry), int(count_late)]))
 
-    def acquire(self, destination: str, token: str) -> bool:
-        """Become the destination's one sender (for sender_ttl_ms)."""
-        with redis_errors("take the sender lock"):
-            return bool(self.client.set(self.key(destination, "sender"), token, nx=True,
-                                        px=sender_ttl_ms(self.cfg)))
+    def acquire(self, destination: str, token: str) -> int:
+        """Become the destination's one sender, for one lease (RECUR_SENDER_LEASE):
+        the lease's fence (>= 1), or 0 if another sender holds it."""
+        return int(self.run("acquire", self.keys_of(destination, "sender", "fence"),
+                            [token, lease_ms(self.cfg)]))
+
+    def holder(self, destination: str) -> str | None:
+        """The token of the sender holding the destination's lease, if any."""
+        with redis_errors("read the sender lease"):
+            token = self.client.get(self.key(destination, "sender"))
+        return None if token is None else str(token)
 
     def lock_left_ms(self, destination: str) -> int:
         """Milliseconds until the current sender lock expires (<= 0: free)."""
@@ -146,9 +147,9 @@ class Resequencer:
             return int(self.client.pttl(self.key(destination, "sender")))
 
     def extend(self, destination: str, token: str, ttl_ms: int | None = None) -> bool:
-        """Keep the sender lock for ``ttl_ms`` (default sender_ttl_ms); False if lost."""
+        """Keep the sender lease for ``ttl_ms`` (default one lease); False if lost."""
         return bool(self.run("extend", self.keys_of(destination, "sender"),
-                             [token, ttl_ms or sender_ttl_ms(self.cfg)]))
+                             [token, ttl_ms or lease_ms(self.cfg)]))
 
     def peek(self, destination: str) -> Next:
         """The next sequence number to send, its arrival and its entry (if processed).
@@ -194,7 +195,7 @@ class Resequencer:
         'released', 'more' or 'not-owner'."""
         return str(self.run("release",
                             self.keys_of(destination, "sender", "sent", "buffer", "wake"),
-                            [token, sender_ttl_ms(self.cfg), int(force)]))
+                            [token, lease_ms(self.cfg), int(force)]))
 
     def book_wake(self, destination: str, delay: float) -> float | None:
         """Book a sender run in ``delay`` s; None if an earlier booked run covers it."""

@@ -1,27 +1,30 @@
 """The sender: sends a destination's ready messages strictly in sequence order.
 
-At most one sender runs per destination (a Redis lock with a token and a
-TTL). It sends ``sent + 1`` and records it atomically, then the next, until
-the next one is not processed yet. A failed message, a refused send or a gap
-(a missing sequence number with later ones ready behind it) still open after
-RECUR_RESEQ_GAP_TIMEOUT is skipped, recorded and logged, so the destination
-never blocks forever. The timeout runs from when the gap is first seen, as in
-Camel's stream resequencer, so a backlog in the processing queues (which
-keeps arrival order) is not mistaken for a lost message. While a send is retried nothing after it
-goes out, so retries never reorder. A sender that has to wait (a gap not yet
-timed out, a destination that stays down, another sender's lock) books a
-delayed run of itself through ``wake`` instead of sleeping on it.
+At most one sender runs per destination: it holds the destination's lease (a
+Redis key with its token, a short TTL renewed by a heartbeat while it runs, and
+a fence sent with every POST: see :mod:`routing.lease`). It sends ``sent + 1``
+and records it atomically, then the next, until the next one is not processed
+yet. A failed message, a refused send or a gap (a missing sequence number with
+later ones ready behind it) still open after RECUR_RESEQ_GAP_TIMEOUT is
+skipped, recorded and logged, so the destination never blocks forever. The
+timeout runs from when the gap is first seen, as in Camel's stream
+resequencer, so a backlog in the processing queues (which keeps arrival
+order) is not mistaken for a lost message. While a send is retried nothing
+after it goes out, so retries never reorder. A sender that has to wait (a gap
+not yet timed out, a destination that stays down, another sender's lease)
+books a delayed run of itself through ``wake`` instead of sleeping on it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 
 from config.errors import DestinationUnavailable
+from routing.lease import Heartbeat, holder_token
 from routing.outbound import Delivery, post_with_retries
 from routing.resequencer import Next, Resequencer, skip_record
 
@@ -46,44 +49,68 @@ class Step(Enum):
 TURN_SECONDS = 10.0
 
 
+@dataclass(frozen=True)
+class Lease:
+    """The running sender's hold on its destination."""
+
+    token: str
+    fence: int
+
+
 def run_sender(reseq: Resequencer, destination: str, wake: Wake) -> str:
     """Send what is ready for ``destination``; returns why it stopped.
 
     ``wake(0)`` asks for another run at once (the turn is over).
     """
-    token = uuid.uuid4().hex
-    if not reseq.acquire(destination, token):
-        # Another sender runs (or died holding the lock): look again when it expires.
+    token = holder_token()
+    fence = reseq.acquire(destination, token)
+    if not fence:
+        # Another sender runs (or died holding the lease): look again when it expires.
         wake(max(reseq.lock_left_ms(destination), 50) / 1000)
         return "busy"
-    turn_ends = time.monotonic() + TURN_SECONDS
+    lease = Lease(token, fence)
     try:
-        while True:
-            step = send_step(reseq, destination, token, wake)
-            if step is Step.LOST:
-                return "lost"
-            if step is Step.BACKOFF:
-                # Keep the lock through the backoff: deposits meanwhile leave the
-                # destination alone instead of starting a sender that retries at once.
-                reseq.extend(destination, token, int(reseq.cfg.send_backoff_max * 1000))
-                wake(reseq.cfg.send_backoff_max)
-                return "backoff"
-            if step is Step.WAIT and reseq.release(destination, token) != "more":
-                return "idle"
-            if time.monotonic() > turn_ends:
-                reseq.release(destination, token, force=True)
-                wake(0)
-                return "turn-over"
+        with Heartbeat(lambda: reseq.extend(destination, token), reseq.cfg) as heartbeat:
+            outcome = send_turn(reseq, destination, lease, wake, heartbeat)
+        if outcome == "backoff":
+            # Keep the lease through the backoff (the heartbeat has stopped): deposits
+            # meanwhile leave the destination alone instead of starting a sender that
+            # retries at once.
+            reseq.extend(destination, token, int(reseq.cfg.send_backoff_max * 1000))
+            wake(reseq.cfg.send_backoff_max)
+        return outcome
     except BaseException:
         reseq.release(destination, token, force=True)
         raise
 
 
-def send_step(reseq: Resequencer, destination: str, token: str, wake: Wake) -> Step:
+def send_turn(reseq: Resequencer, destination: str, lease: Lease, wake: Wake,
+              heartbeat: Heartbeat) -> str:
+    """Send step by step until nothing is ready, the destination fails, the lease is
+    lost or the turn is over."""
+    turn_ends = time.monotonic() + TURN_SECONDS
+    while True:
+        if heartbeat.lost:
+            return "lost"
+        heartbeat.step()
+        step = send_step(reseq, destination, lease, wake)
+        if step is Step.LOST:
+            return "lost"
+        if step is Step.BACKOFF:
+            return "backoff"
+        if step is Step.WAIT and reseq.release(destination, lease.token) != "more":
+            return "idle"
+        if time.monotonic() > turn_ends:
+            reseq.release(destination, lease.token, force=True)
+            wake(0)
+            return "turn-over"
+
+
+def send_step(reseq: Resequencer, destination: str, lease: Lease, wake: Wake) -> Step:
     """Handle the next sequence number once."""
     nxt = reseq.peek(destination)
     if nxt.entry is not None:
-        return deliver(reseq, destination, token, nxt)
+        return deliver(reseq, destination, lease, nxt)
     if nxt.pending is None or nxt.buffered == 0:
         return Step.WAIT  # nothing assigned past what was sent, or nothing waits behind it
     since = reseq.gap_since(destination, nxt.seq, nxt.now_ms)
@@ -93,34 +120,35 @@ def send_step(reseq: Resequencer, destination: str, token: str, wake: Wake) -> S
         return Step.WAIT
     reason = (f"timeout: not processed {reseq.cfg.reseq_gap_timeout:g}s after later "
               "messages were ready")
-    return skip(reseq, destination, token, nxt, reason, only_if_absent=True)
+    return skip(reseq, destination, lease.token, nxt, reason, only_if_absent=True)
 
 
-def deliver(reseq: Resequencer, destination: str, token: str, nxt: Next) -> Step:
+def deliver(reseq: Resequencer, destination: str, lease: Lease, nxt: Next) -> Step:
     """Send the processed entry of ``nxt`` (or skip it if processing failed)."""
     assert nxt.entry is not None and nxt.pending is not None
     if "failed" in nxt.entry:
-        return skip(reseq, destination, token, nxt, f"failed: {nxt.entry['failed']}")
+        return skip(reseq, destination, lease.token, nxt, f"failed: {nxt.entry['failed']}")
     delivery = Delivery(destination=destination, seq=nxt.seq, message_id=nxt.entry["id"],
-                        arrived_at=nxt.pending["t"] / 1000, result=nxt.entry.get("result"))
+                        arrived_at=nxt.pending["t"] / 1000, result=nxt.entry.get("result"),
+                        fence=lease.fence)
     url = reseq.cfg.destinations.get(destination)
     if url is None:
-        return skip(reseq, destination, token, nxt,
+        return skip(reseq, destination, lease.token, nxt,
                     "refused: destination no longer configured (RECUR_DESTINATIONS)")
     try:
         status = post_with_retries(url, delivery, reseq.cfg,
-                                   lambda: reseq.extend(destination, token))
+                                   lambda: reseq.extend(destination, lease.token))
     except DestinationUnavailable as exc:
         log.warning("destination %s unavailable (%s); seq %d and later wait, "
                     "retrying in %gs", destination, exc, nxt.seq, reseq.cfg.send_backoff_max)
         return Step.BACKOFF
     if status is None:
-        log.warning("destination %s: sender lost its lock before seq %d; another sender "
+        log.warning("destination %s: sender lost its lease before seq %d; another sender "
                     "takes over", destination, nxt.seq)
         return Step.LOST
     if not 200 <= status < 300:
-        return skip(reseq, destination, token, nxt, f"refused: HTTP {status}")
-    return advanced(reseq.advance(destination, token, nxt.seq), destination, nxt.seq)
+        return skip(reseq, destination, lease.token, nxt, f"refused: HTTP {status}")
+    return advanced(reseq.advance(destination, lease.token, nxt.seq), destination, nxt.seq)
 
 
 def skip(reseq: Resequencer, destination: str, token: str, nxt: Next, reason: str,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -221,3 +222,47 @@ def test_redis_unreachable_is_our_error_naming_redis(reseq: Resequencer, dest: s
         down.assign(dest, ["m1"])
     with pytest.raises(ServiceUnavailable, match="cannot read a destination's status"):
         down.status(dest)
+
+
+def test_each_lease_has_a_higher_fence_and_a_dead_holders_lease_runs_out(
+        reseq: Resequencer, dest: str) -> None:
+    assert reseq.acquire(dest, "first") == 1 and reseq.acquire(dest, "other") == 0
+    assert 0 < reseq.lock_left_ms(dest) <= reseq.cfg.sender_lease * 1000
+    assert reseq.holder(dest) == "first"
+    assert reseq.release(dest, "first", force=True) == "released"
+    assert reseq.acquire(dest, "second") == 2
+
+
+def test_a_send_longer_than_the_lease_keeps_it_and_carries_its_fence(
+        reseq: Resequencer, dest: str, receiver: Receiver) -> None:
+    reseq = Resequencer(reseq.client, dataclasses.replace(reseq.cfg, sender_lease=0.6))
+    reseq.assign(dest, ["m1", "m2"])
+    reseq.deposit(dest, 1, entry(1))
+    reseq.deposit(dest, 2, entry(2))
+    in_request = receiver.hold(dest, 1, 1.5)  # 2.5 leases; within RECUR_SEND_TIMEOUT
+    outcome: list[str] = []
+    thread = threading.Thread(target=lambda: outcome.append(
+        run_sender(reseq, dest, Wakes(reseq, dest))))
+    thread.start()
+    assert in_request.wait(10)
+    holder = reseq.holder(dest)
+    wait_for(lambda: receiver.seqs(dest) == [1], 10, "the slow send to be answered")
+    assert reseq.holder(dest) in (holder, None), "another sender took the lease mid-send"
+    thread.join(10)
+    assert outcome == ["idle"] and receiver.seqs(dest) == [1, 2]
+    assert {r.fence for r in receiver.of(dest)} == {1}
+
+
+def test_a_late_send_of_an_earlier_lease_is_fenced_off(
+        reseq: Resequencer, dest: str, receiver: Receiver) -> None:
+    from routing.outbound import Delivery, post_once
+
+    reseq.assign(dest, ["m1", "m2"])
+    for i in (1, 2):  # one lease per run: seq 1 goes out with fence 1, seq 2 with fence 2
+        reseq.deposit(dest, i, entry(i))
+        assert run_sender(reseq, dest, Wakes(reseq, dest)) == "idle"
+    assert [(r.seq, r.fence) for r in receiver.of(dest)] == [(1, 1), (2, 2)]
+    # The first holder, paused past its lease, finishes a POST it had started.
+    late = Delivery(dest, 1, "m1", 0.0, {"i": 1}, fence=1)
+    assert post_once(reseq.cfg.destinations[dest], late, reseq.cfg) == 409
+    assert receiver.fenced == [(dest, 1)] and receiver.seqs(dest) == [1, 2]

@@ -1,8 +1,11 @@
 """A real HTTP receiver for the resequencer's outbound sends (tests and benchmark).
 
 A threaded ``http.server`` on 127.0.0.1 and a free port. It records every
-POST (destination, sequence number, body, arrival time) and can be told to
-answer 503 for a destination, or to answer slowly.
+POST (destination, sequence number, body, arrival time, fence) and can be told
+to answer 503 for a destination, or to answer slowly. Like a receiver that
+honours ``X-Recur-Fence``, it refuses (409, recorded in ``fenced``) a request
+whose fence is lower than one it already accepted for the destination: the
+late send of a sender whose lease ran out.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ class Received:
     seq: int
     body: dict[str, Any]
     at: float
+    fence: int = 0
 
 
 @dataclass
@@ -39,6 +43,8 @@ class Receiver:
 
     received: list[Received] = field(default_factory=list)
     rejected: list[tuple[str, int]] = field(default_factory=list)
+    fenced: list[tuple[str, int]] = field(default_factory=list)
+    fences: dict[str, int] = field(default_factory=dict)
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     holds: dict[tuple[str, int], tuple[float, threading.Event]] = field(default_factory=dict)
     refusals: dict[tuple[str, int], int] = field(default_factory=dict)
@@ -55,7 +61,8 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
-                code = receiver.answer(self.path.rsplit("/", 1)[-1], body)
+                code = receiver.answer(self.path.rsplit("/", 1)[-1], body,
+                                       int(self.headers.get("X-Recur-Fence", 0)))
                 self.send_response(code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -99,7 +106,7 @@ class Receiver:
         with self.lock:
             self.refusals[(destination, seq)] = status
 
-    def answer(self, destination: str, body: dict[str, Any]) -> int:
+    def answer(self, destination: str, body: dict[str, Any], fence: int = 0) -> int:
         with self.lock:
             refusal = self.refusals.get((destination, int(body["seq"])))
             if refusal:
@@ -115,7 +122,12 @@ class Receiver:
             if how.unavailable:
                 self.rejected.append((destination, int(body["seq"])))
                 return 503
-            self.received.append(Received(destination, int(body["seq"]), body, time.time()))
+            if fence and fence < self.fences.get(destination, 0):
+                self.fenced.append((destination, int(body["seq"])))
+                return 409
+            self.fences[destination] = max(fence, self.fences.get(destination, 0))
+            self.received.append(Received(destination, int(body["seq"]), body, time.time(),
+                                          fence))
             return 200
 
     def seqs(self, destination: str) -> list[int]:

@@ -7,8 +7,8 @@ import pytest
 from config.errors import ConfigError, UnknownDestination
 from config.settings import load_settings
 from routing.intake import check_destination, submit
+from routing.lease import lease_ms, step_limit_seconds
 from routing.outbound import Delivery
-from routing.resequencer import sender_ttl_ms
 
 
 def test_destinations_are_read_as_name_url_pairs() -> None:
@@ -43,9 +43,17 @@ def test_unknown_destination_is_refused_naming_the_known_ones() -> None:
                load_settings({}))
 
 
-def test_the_sender_lock_outlives_one_send_and_its_backoff() -> None:
-    cfg = load_settings({"RECUR_SEND_TIMEOUT": "3", "RECUR_SEND_BACKOFF_MAX": "4"})
-    assert sender_ttl_ms(cfg) > (cfg.send_timeout + cfg.send_backoff_max) * 1000
+def test_a_killed_senders_lease_runs_out_within_seconds_a_hung_one_after_its_retries(
+        ) -> None:
+    cfg = load_settings({})
+    assert lease_ms(cfg) <= 3000, "a killed sender's destinations would wait longer"
+    assert step_limit_seconds(cfg) > (cfg.send_retries + 1) * cfg.send_timeout
+
+
+def test_the_fence_goes_out_as_a_header_not_in_the_body() -> None:
+    delivery = Delivery("billing", 7, "m7", 1.5, {"x": 1}, fence=42)
+    assert delivery.headers()["X-Recur-Fence"] == "42"
+    assert delivery.body() == Delivery("billing", 7, "m7", 1.5, {"x": 1}, fence=43).body()
 
 
 def test_the_request_names_destination_and_sequence_number() -> None:
