@@ -84,15 +84,29 @@ class RabbitNode:
         wait_for(lambda: self.child is not None and self.child.proc.poll() is None
                  and port_open(self.port), 180, f"node {self.name} to accept connections")
 
+    def vm_pid(self) -> int | None:
+        """The Erlang VM's process id, while it runs."""
+        with suppress(OSError, ValueError):
+            pid = int((self.base / "node.pid").read_text())
+            os.kill(pid, 0)
+            return pid
+        return None
+
     def kill9(self) -> None:
         """``kill -9`` the node's Erlang VM (a crash: no goodbye to the cluster)."""
-        os.kill(int((self.base / "node.pid").read_text()), signal.SIGKILL)
-        assert self.child is not None
+        pid = self.vm_pid()
+        assert pid is not None and self.child is not None, f"{self.name} is not running"
+        os.kill(pid, signal.SIGKILL)
         self.child.proc.wait(timeout=60)
 
     def stop(self) -> None:
+        """Stop the node and wait until its VM is gone (it writes its files until then)."""
         if self.child is not None:
             self.child.stop(timeout=30)
+        with suppress(TimeoutError):
+            wait_for(lambda: self.vm_pid() is None, 30, f"{self.name} to exit")
+        if (pid := self.vm_pid()) is not None:
+            os.kill(pid, signal.SIGKILL)
 
 
 @dataclass
