@@ -42,13 +42,31 @@ LEAD_SECONDS = 15.0
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def stat_fields(pid: int) -> list[str]:
+    """/proc/<pid>/stat after the command name (field 3 first); [] if gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return []
+
+
 def proc_ticks(pid: int) -> int:
     """utime + stime of one process (all its threads), in clock ticks; 0 if gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return 0
-    return int(fields[11]) + int(fields[12])
+    fields = stat_fields(pid)
+    return int(fields[11]) + int(fields[12]) if fields else 0
+
+
+def family_ticks(pids: list[int]) -> int:
+    """CPU of a server whose workers come and go (PostgreSQL's backends): the live
+    processes' own ticks plus what the root process reaped from exited children
+    (cutime + cstime), so a backend that exits between two samples still counts."""
+    parents = {pid: int(fields[1]) for pid in pids if (fields := stat_fields(pid))}
+    roots = [pid for pid, parent in parents.items() if parent not in parents]
+    reaped = 0
+    for root in roots:
+        fields = stat_fields(root)
+        reaped += int(fields[13]) + int(fields[14]) if fields else 0
+    return sum(proc_ticks(p) for p in parents) + reaped
 
 
 def pids_named(*names: str) -> list[int]:
@@ -79,7 +97,7 @@ class CpuSample:
                        "rabbitmq": lambda: pids_named("beam.smp")}
 
     def read(self) -> dict[str, int]:
-        ticks = {name: sum(proc_ticks(p) for p in pids()) for name, pids in self.groups.items()}
+        ticks = {name: family_ticks(pids()) for name, pids in self.groups.items()}
         return {**ticks, "machine": machine_busy_ticks()}
 
     def start(self) -> None:
