@@ -25,7 +25,7 @@ pytestmark = pytest.mark.services
 
 TOTAL = 400
 HELD_SEQ = 150  # the receiver answers this one slowly: the sender is killed mid-request
-HELD_SECONDS = 8.0  # longer than a takeover may take: the dead sender's answer comes last
+HELD_SECONDS = 10.0  # longer than a takeover may take: the dead sender's answer comes last
 RESUME_SECONDS = 5.0
 
 
@@ -58,15 +58,15 @@ def run_the_crashes(rig: Rig, receiver: Receiver) -> float:
     for batch in batches(0, TOTAL // 2):
         submit_batch("crash", batch, rig.cfg)
     assert in_request.wait(60), "the sender never reached the held sequence number"
+    sender = holding_sender(senders, Resequencer(get_redis(), rig.cfg))
+    killed_at = time.time()
+    sender.kill9()  # mid-request: the receiver answers seq HELD_SEQ after the takeover
     for batch in batches(TOTAL // 2, TOTAL):
         submit_batch("crash", batch, rig.cfg)
     victim.kill9()  # it holds prefetched and running messages of the second half
-    sender = holding_sender(senders, Resequencer(get_redis(), rig.cfg))
-    sender.kill9()  # mid-request: the receiver answers seq HELD_SEQ after the takeover
-    killed_at = time.time()
     rig.processing_worker(concurrency=2)
-    wait_for(lambda: len(set(receiver.seqs("crash"))) == TOTAL, 90,
-             f"all {TOTAL} sequence numbers at the receiver")
+    wait_for(lambda: len(set(receiver.seqs("crash"))) == TOTAL and bool(receiver.fenced), 120,
+             f"all {TOTAL} sequence numbers at the receiver, and the dead sender's answer")
     return killed_at
 
 
