@@ -179,6 +179,15 @@ class Settings:
         default="short,medium,long",
         metadata=_doc("Buckets whose idle workers get the earliest future jobs early "
                       "(comma list; empty turns pull-forward off)."))
+    pull_forward_fraction: float = field(
+        default=0.5,
+        metadata=_doc("Pull-forward floor: a job is never pulled forward sooner than this "
+                      "fraction of the delay it asked for, counted from the later of its last "
+                      "run and that run's due time (0..1; 1 turns the early runs off)."))
+    pull_forward_min_seconds: float = field(
+        default=1.0,
+        metadata=_doc("Pull-forward floor in seconds: whatever its delay, a job is not pulled "
+                      "forward within this long of its last run."))
     scheduler_interval: float = field(
         default=0.2,
         metadata=_doc("Seconds the scheduler sleeps when a pass moved nothing; short "
@@ -250,7 +259,8 @@ POSITIVE = frozenset({
     "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
     "metrics_top_destinations", "status_interval", "sender_lease"})
 NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
-                          "lock_chain_seconds", "metrics_port"})
+                          "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds"})
+FRACTIONS = frozenset({"pull_forward_fraction"})
 AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})
 CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
 
@@ -262,6 +272,8 @@ def _check(values: dict[str, Any]) -> None:
             raise ValueError(f"{name} must be positive")
         if name in NON_NEGATIVE and value < 0:
             raise ValueError(f"{name} must not be negative")
+        if name in FRACTIONS and not 0 <= value <= 1:
+            raise ValueError(f"{name} must be between 0 and 1")
         if name in AT_LEAST_ONE and value < 1:
             raise ValueError(f"{name} must be at least 1")
         if name in CHOICES and value not in CHOICES[name]:

@@ -20,13 +20,16 @@ from config.settings import Settings
 from routing.messages import validate_message
 from scheduler.callargs import encode_call, message_of
 from scheduler.metrics import STALE_DROPPED
+from scheduler.pullforward import pull_floor
 from scheduler.store import Job, get_store
 
 log = logging.getLogger(__name__)
 
-#: The message header the scheduler sets, ``[job_key, token, lease]`` (the lease
-#: expiry in microseconds since the epoch, see store.Claimed); the worker
-#: compares it with the row. One header: every header costs publish time.
+#: The message header the scheduler sets, ``[job_key, token, lease, due]`` (the
+#: lease expiry and the row's due time in microseconds since the epoch, see
+#: store.Claimed); the worker compares the first three with the row, and counts
+#: the job's pull-forward floor from the due time. One header: every header
+#: costs publish time.
 DISPATCH_HEADER = "recur_dispatch"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -38,6 +41,13 @@ class Dispatch:
     job_key: str
     token: int
     lease_us: int | None = None
+    #: The row's due time when it was dispatched (absent from older messages).
+    due_us: int | None = None
+
+    @property
+    def ran_due(self) -> datetime | None:
+        """The due time of this run (it ran early when this is still ahead)."""
+        return None if self.due_us is None else EPOCH + timedelta(microseconds=self.due_us)
 
     def matches(self, live: tuple[int, datetime | None] | None) -> bool:
         """Whether this copy is the row's live dispatch (token and lease stamp)."""
@@ -83,13 +93,17 @@ def dispatch_of(request: Any) -> Dispatch | None:
     value = _header(request, DISPATCH_HEADER)
     if value is None:
         return None
-    key, token, lease = value
-    return Dispatch(str(key), int(token), None if lease is None else int(lease))
+    key, token, lease, *rest = value
+    due = rest[0] if rest else None
+    return Dispatch(str(key), int(token), None if lease is None else int(lease),
+                    None if due is None else int(due))
 
 
-def dispatch_header(job_key: str, token: int, lease_until: datetime) -> list[Any]:
+def dispatch_header(job_key: str, token: int, lease_until: datetime,
+                    due_at: datetime | None = None) -> list[Any]:
     """The header value :func:`dispatch_of` reads back."""
-    return [job_key, token, micros(lease_until)]
+    head: list[Any] = [job_key, token, micros(lease_until)]
+    return head if due_at is None else [*head, micros(due_at)]
 
 
 def due_time(countdown: Any, eta: Any, now: datetime) -> datetime | None:
@@ -135,24 +149,27 @@ class StoreCall:
             store.schedule([job], utcnow())
             return ScheduledJob(job.job_key, job.due_at)
         accepted = store.reschedule(job.job_key, self.reschedule_of.token, job.due_at,
-                                    utcnow(), args=job.args)
+                                    utcnow(), args=job.args, early_at=job.early_at)
         request.recur_settled = True  # this run decided its row's fate: no finish
         if not accepted:
             STALE_DROPPED.labels("reschedule").inc()
             log.warning("job %s: not rescheduled, token %d is stale (the job was dispatched "
-                        "again); leaving it to its live copy", job.job_key,
-                        self.reschedule_of.token)
+                        "again, or cancelled); leaving it to its live copy, if any",
+                        job.job_key, self.reschedule_of.token)
         return ScheduledJob(job.job_key, job.due_at, accepted)
 
 
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                options: Mapping[str, Any], job_key: str | None, request: Any,
-               cfg: Settings) -> StoreCall | None:
+               cfg: Settings, *, not_before: bool = False) -> StoreCall | None:
     """The store write for this call, or None when it should be published directly.
 
     Validates the delay options on every call and, for store calls, the message
-    (bucket, payload limit) and that the arguments are JSON.
+    (bucket, payload limit) and that the arguments are JSON. The row gets its
+    pull-forward floor (``not_before``: never before its due time).
     """
+    if not isinstance(not_before, bool):
+        raise InvalidSchedule(f"not_before must be True or False, got {not_before!r}")
     now = utcnow()
     due = due_time(options.get("countdown"), options.get("eta"), now)
     call_args, call_kwargs = list(args or ()), dict(kwargs or {})
@@ -171,8 +188,11 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
     text = encode_call(call_args, call_kwargs, int(options.get("retries") or 0),
                        job_key=key, bucket=message["bucket"])
+    due = due or now
+    floor = pull_floor(now, due, cfg, ran_due=None if own is None else own.ran_due,
+                       not_before=not_before)
     job = Job(job_key=key, task=task_name, bucket=message["bucket"], args=text,
-              due_at=due or now)
+              due_at=due, early_at=floor)
     return StoreCall(task_name, job, own)
 
 

@@ -58,7 +58,7 @@ def task_message(row: Claimed) -> TaskMessage:
     # header costs encoding time on the hot path.
     headers: dict[str, Any] = {
         "task": row.task, "id": task_id,
-        DISPATCH_HEADER: dispatch_header(row.job_key, row.token, row.lease_until),
+        DISPATCH_HEADER: dispatch_header(row.job_key, row.token, row.lease_until, row.due_at),
     }
     if retries:
         headers["retries"] = retries

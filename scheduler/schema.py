@@ -81,6 +81,11 @@ due_jobs = Table(
     Column("job_key", Text, primary_key=True),
     Column("bucket", Text, nullable=False),
     Column("args", Text, nullable=False),
+    # The earliest time the idle pull-forward may dispatch a scheduled row (its
+    # floor, scheduler/pullforward.py); NO_FLOOR for rows that never ran.
+    Column("early_at", UtcDateTime, nullable=False, server_default=text("'1970-01-01'")),
+    # Runs that rescheduled the job (shown by `recur jobs show`).
+    Column("runs", Integer, nullable=False, server_default=text("0")),
     # The drain reads the earliest scheduled rows of one bucket: partial, so
     # dispatched rows cost nothing in it.
     Index("ix_due_jobs_scheduled", "bucket", "due_at",
@@ -88,6 +93,31 @@ due_jobs = Table(
     # The lease monitor reads the dispatched rows whose lease ran out.
     Index("ix_due_jobs_leased", "due_at",
           postgresql_where=text("state = 1"), sqlite_where=text("state = 1")),
+    # The pull-forward reads the scheduled rows of one bucket whose floor passed.
+    Index("ix_due_jobs_early", "bucket", "early_at", "due_at",
+          postgresql_where=text("state = 0"), sqlite_where=text("state = 0")),
+    # ix_due_jobs_user (USER_SQL, job_key): one user's rows, built by migration 0005.
+)
+
+#: No pull-forward floor: the ``early_at`` of rows that never ran (the column default).
+NO_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: The user id of a row's message, as migration 0005 indexes it (``ix_due_jobs_user``):
+#: a query must use exactly this text for the index to serve it.
+USER_SQL = {
+    "postgresql": ("(CASE WHEN left(args, 1) = '[' THEN args::json ->> 0 ELSE "
+                   "coalesce(args::json #>> '{args,0,user_id}', "
+                   "args::json #>> '{kwargs,message,user_id}') END)"),
+    "sqlite": ("(CASE WHEN substr(args, 1, 1) = '[' THEN json_extract(args, '$[0]') ELSE "
+               "coalesce(json_extract(args, '$.args[0].user_id'), "
+               "json_extract(args, '$.kwargs.message.user_id')) END)"),
+}
+
+#: Buckets whose due jobs the scheduler does not dispatch (`recur bucket pause`).
+bucket_pauses = Table(
+    "bucket_pauses", metadata,
+    Column("bucket", Text, primary_key=True),
+    Column("paused_at", UtcDateTime, nullable=False),
 )
 
 #: Running totals the scheduler keeps per bucket (e.g. expired leases recovered).

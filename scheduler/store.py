@@ -50,6 +50,7 @@ from scheduler.migrate import check_schema
 from scheduler.periodic import PeriodicEntry, next_run
 from scheduler.schema import (
     DISPATCHED,
+    NO_FLOOR,
     SCHEDULED,
     UtcDateTime,
     due_counters,
@@ -73,6 +74,8 @@ class Job:
     bucket: str
     args: str
     due_at: datetime
+    #: The pull-forward floor (scheduler/pullforward.py); None: no floor.
+    early_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -106,28 +109,33 @@ Statement = Select[Any] | Update | Delete
 PEEK_DISPATCH = select(due_jobs.c.token, due_jobs.c.due_at, due_jobs.c.state).where(
     due_jobs.c.job_key == bindparam("key"))
 LIVE_DISPATCH = PEEK_DISPATCH.with_for_update(read=True)
-# reschedule_job: token-checked dispatched → scheduled (new args only if given).
+# reschedule_job: token-checked dispatched → scheduled (new args only if given),
+# with its pull-forward floor, one more run counted.
 RESCHEDULE = update(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED,
 ).values(state=SCHEDULED, due_at=bindparam("due", type_=UtcDateTime()), attempts=0,
+         early_at=bindparam("early", type_=UtcDateTime()), runs=due_jobs.c.runs + 1,
          updated_at=bindparam("now", type_=UtcDateTime()),
          args=func.coalesce(bindparam("new_args", type_=Text()), due_jobs.c.args))
 # finish_job: token-checked delete of a one-shot job.
 FINISH = delete(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED)
-# The scheduler's statements. claim_rows: the earliest scheduled rows of one
-# bucket (due ones, or any for the idle pull-forward), skipping rows that
-# another scheduler holds.
+# The scheduler's statements. claim_rows: the earliest due scheduled rows of
+# one bucket (ix_due_jobs_scheduled), skipping rows another scheduler holds.
+# claim_early (idle pull-forward): the scheduled rows whose floor has passed,
+# those that became eligible first (rows that never ran: earliest due first):
+# one range of ix_due_jobs_early, whatever the population. Ordering every
+# eligible row by due time instead would sort up to the whole bucket each pass.
 _CLAIM = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.args, due_jobs.c.due_at,
                  due_jobs.c.token)
-          .order_by(due_jobs.c.due_at).limit(bindparam("limit"))
-          .with_for_update(skip_locked=True))
+          .limit(bindparam("limit")).with_for_update(skip_locked=True))
 _SCHEDULED_OF = (due_jobs.c.bucket == bindparam("bucket"), due_jobs.c.state == SCHEDULED)
-CLAIM_DUE = _CLAIM.where(*_SCHEDULED_OF,
-                         due_jobs.c.due_at <= bindparam("now", type_=UtcDateTime()))
-CLAIM_EARLY = _CLAIM.where(*_SCHEDULED_OF)
+_NOW = bindparam("now", type_=UtcDateTime())
+CLAIM_DUE = _CLAIM.where(*_SCHEDULED_OF, due_jobs.c.due_at <= _NOW).order_by(due_jobs.c.due_at)
+CLAIM_EARLY = _CLAIM.where(*_SCHEDULED_OF, due_jobs.c.early_at <= _NOW).order_by(
+    due_jobs.c.early_at, due_jobs.c.due_at)
 # mark_dispatched: new token, due again when the lease ends, one more attempt.
 MARK_DISPATCHED = update(due_jobs).where(
     due_jobs.c.job_key == any_(bindparam("keys", type_=postgresql.ARRAY(Text()))),
@@ -353,7 +361,8 @@ class DueStore:
             return
         codes = self._task_codes({j.task for j in jobs})
         rows = [{"job_key": j.job_key, "task_id": codes[j.task], "bucket": j.bucket,
-                 "args": j.args, "due_at": j.due_at, "created_at": now, "updated_at": now}
+                 "args": j.args, "due_at": j.due_at, "early_at": j.early_at or NO_FLOOR,
+                 "created_at": now, "updated_at": now}
                 for j in jobs]
         stmt: Insert = self._insert()(due_jobs)
         new = stmt.excluded  # type: ignore[attr-defined]
@@ -363,6 +372,8 @@ class DueStore:
             set_={"task_id": new.task_id, "bucket": new.bucket, "args": new.args,
                   "due_at": case((due_jobs.c.state == SCHEDULED, new.due_at),
                                  else_=due_jobs.c.due_at),
+                  "early_at": case((due_jobs.c.state == SCHEDULED, new.early_at),
+                                   else_=due_jobs.c.early_at),
                   "updated_at": new.updated_at})
         with self._tx("schedule jobs") as conn:
             conn.execute(stmt, rows)
@@ -387,14 +398,16 @@ class DueStore:
         return int(row[0]), lease
 
     def reschedule(self, job_key: str, token: int, due_at: datetime, now: datetime,
-                   args: str | None = None) -> bool:
-        """Put the dispatched row back to scheduled at ``due_at``, if ``token`` is current.
+                   args: str | None = None, early_at: datetime | None = None) -> bool:
+        """Put the dispatched row back to scheduled at ``due_at``, if ``token`` is current,
+        with pull-forward floor ``early_at`` (None: no floor).
 
-        Returns False (nothing changed) when the row was re-dispatched or removed
-        meanwhile: the caller is a stale copy.
+        Returns False (nothing changed) when the row was re-dispatched, cancelled
+        or removed meanwhile: the caller is a stale copy.
         """
         _, count = self._settle("reschedule a job", RESCHEDULE, {
-            "key": job_key, "current": token, "due": due_at, "now": now, "new_args": args})
+            "key": job_key, "current": token, "due": due_at, "now": now, "new_args": args,
+            "early": early_at or NO_FLOOR})
         return count == 1
 
     def finish(self, job_key: str, token: int) -> bool:
@@ -561,8 +574,9 @@ class DueStore:
                 conn.execute(self._insert()(due_jobs).on_conflict_do_nothing(
                     index_elements=[due_jobs.c.job_key]),
                     {"job_key": key, "task_id": codes[entry.task], "bucket": entry.bucket,
-                     "args": entry.args, "due_at": entry.next_run_at, "created_at": now,
-                     "updated_at": now})
+                     "args": entry.args, "due_at": entry.next_run_at,
+                     "early_at": entry.next_run_at,  # a beat entry runs at its time
+                     "created_at": now, "updated_at": now})
                 conn.execute(update(table).where(table.c.name == entry.name).values(
                     next_run_at=next_run(entry.schedule, max(now, entry.next_run_at)),
                     last_run_at=entry.next_run_at))

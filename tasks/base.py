@@ -11,6 +11,7 @@ from celery.exceptions import Reject
 from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
+from routing.recurrence import check_call
 from scheduler.calls import dispatch_of, run_dispatched, store_plan
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,9 @@ class MessageTask(Task):  # type: ignore[misc]
     max_retries = settings().max_deliveries - 1
     #: Reports a parked locked job as ``task-parked``, not a success (tasks/distlock).
     Request = "tasks.distlock.job:ParkAwareRequest"
+    #: The task recurs by its message's payload schedule (routing/recurrence.py),
+    #: which ``apply_async`` then checks.
+    recurs_by_payload = False
 
     def apply_async(self, args: Any = None, kwargs: Any = None, task_id: Any = None,
                     producer: Any = None, link: Any = None, link_error: Any = None,
@@ -40,12 +44,17 @@ class MessageTask(Task):  # type: ignore[misc]
         a ``job_key=`` or a task rescheduling its own job goes to the due-jobs store.
 
         Bad input (negative countdown, naive eta, both, non-JSON args, invalid
-        message) raises here and nothing is written or published.
+        message or schedule) raises here and nothing is written or published.
+        ``not_before=True``: never pulled forward, runs at its time (see
+        scheduler/pullforward.py).
         """
         job_key = options.pop("job_key", None)
+        not_before = options.pop("not_before", False)
+        if self.recurs_by_payload:
+            check_call(args, kwargs)
         plan = store_plan(self.name, args, kwargs,
                           {**options, "link": link, "link_error": link_error},
-                          job_key, self.request, settings())
+                          job_key, self.request, settings(), not_before=not_before)
         if plan is None:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error,
                                        shadow, **options)

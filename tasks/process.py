@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from config.buckets import BUCKETS_BY_NAME
-from config.errors import InvalidMessage
 from config.settings import settings
 from routing.messages import Message
+from routing.recurrence import recurrence_of
 from tasks import completions
 from tasks.app import app
 from tasks.base import MessageTask
@@ -35,20 +35,14 @@ def next_run(msg: Message | Mapping[str, Any]) -> tuple[float, dict[str, Any]] |
     payload's ``runs`` changes.
     """
     payload = msg["payload"]
-    if not isinstance(payload, dict) or "every" not in payload:
+    recurrence = recurrence_of(payload)
+    if recurrence is None or not recurrence.again:
         return None
-    every, runs = payload["every"], payload.get("runs")
-    if isinstance(every, bool) or not isinstance(every, int | float) or every < 0:
-        raise InvalidMessage("payload", f"'every' must be a non-negative number of seconds, "
-                             f"got {every!r}")
-    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int)):
-        raise InvalidMessage("payload", f"'runs' must be an integer or null, got {runs!r}")
-    if runs is not None and runs <= 1:
-        return None
-    return float(every), {**msg, "payload": {**payload, "runs": None if runs is None else runs - 1}}
+    return recurrence.every, {**msg, "payload": {**payload,
+                                                 "runs": recurrence.after_this_run().runs}}
 
 
-@app.task(bind=True, base=MessageTask, name="tasks.process_message")
+@app.task(bind=True, base=MessageTask, name="tasks.process_message", recurs_by_payload=True)
 def process_message(self: MessageTask, message: Any) -> dict[str, Any]:
     """Process one message, log the completion, and reschedule it if it recurs."""
     msg = self.message(message)
