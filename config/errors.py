@@ -94,3 +94,15 @@ class SchemaOutOfDate(StoreError):
 
 class SeedInputError(RecurError):
     """The seed job's input cannot be read as a population (a wrong file, format or column)."""
+
+
+class InvalidArgument(RecurError):
+    """A command's argument is invalid (a duration, a time, a name); nothing was changed."""
+
+
+class UnknownJob(InvalidArgument):
+    """No due job has this key; nothing was changed."""
+
+
+class JobInFlight(InvalidArgument):
+    """The job is dispatched (a copy is queued or running); nothing was changed."""

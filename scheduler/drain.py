@@ -27,6 +27,7 @@ from scheduler.calls import utcnow
 from scheduler.periodic import PeriodicEntry, entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.store import DueStore
+from scheduler.store_control import JobControl
 from scheduler.summary import Summary
 
 log = logging.getLogger("recur.scheduler")
@@ -70,6 +71,8 @@ class Scheduler:
     _pool: ThreadPoolExecutor | None = None
     _pool_size: int = 0
     summary: Summary | None = None
+    #: Buckets paused by `recur bucket pause` at the last pass (logged when it changes).
+    _paused: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         if self.summary is None:
@@ -144,11 +147,23 @@ class Scheduler:
         fired = self.store.fire_periodic(now)
         if fired:
             log.info("periodic entries fired: %s", ", ".join(fired))
+        paused = self.read_paused()
         for bucket in BUCKETS:
             if self.stopping.is_set():
                 break
-            moved += self.fill(bucket, now)
+            if bucket.name not in paused:
+                moved += self.fill(bucket, now)
         return moved
+
+    def read_paused(self) -> set[str]:
+        """The buckets not to dispatch (`recur bucket pause`); changes are logged."""
+        paused = set(JobControl(self.store).paused())
+        for name in sorted(paused - self._paused):
+            log.warning("%s: paused (recur bucket pause): dispatching none of its jobs", name)
+        for name in sorted(self._paused - paused):
+            log.info("%s: resumed: dispatching again", name)
+        self._paused = paused
+        return paused
 
     def fill(self, bucket: Bucket, now: datetime) -> int:
         """Top up one bucket's queue; returns the messages published."""

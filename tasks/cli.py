@@ -18,6 +18,7 @@ import click
 from config.buckets import BUCKETS_BY_NAME, Bucket
 from config.errors import ConfigError
 from config.settings import settings
+from tasks.jobs_cli import bucket, jobs
 
 
 def celery_executable() -> str:
@@ -287,6 +288,10 @@ def resequencer_statuses(destinations: tuple[str, ...]) -> list[Any]:
 
     reseq = Resequencer(get_redis(), settings())
     return [reseq.status(name) for name in destinations or reseq.destinations()]
+
+
+cli.add_command(jobs)  # recur jobs show|list|cancel|reschedule (tasks/jobs_cli.py)
+cli.add_command(bucket)  # recur bucket pause|resume
 
 
 def main() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from typing import Any
 
 import click
@@ -22,6 +23,7 @@ from config.errors import RecurError
 from config.settings import Settings
 from routing.queues import QueueStats, inspect_queues, missing_queues_line
 from scheduler import status as st
+from tasks.jobs_cli import paused_line
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Report:
     destinations: list[Any] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: Buckets paused by `recur bucket pause`, and since when (None: unknown).
+    paused: dict[str, datetime] | None = None
 
 
 def _failure(exc: Exception) -> str:
@@ -58,6 +62,7 @@ def read_store(cfg: Settings, report: Report,
                queues: dict[str, QueueStats | None]) -> None:
     from scheduler.calls import utcnow
     from scheduler.store import DueStore
+    from scheduler.store_control import JobControl
 
     def depth(name: str) -> int | None:
         stats = queues.get(name)
@@ -69,6 +74,7 @@ def read_store(cfg: Settings, report: Report,
         store = DueStore.open(cfg.database_url)
         try:
             rows = st.collect(store, depths, utcnow())
+            report.paused = JobControl(store).paused()
         finally:
             store.close()
     except Exception as exc:
@@ -112,9 +118,12 @@ def run(cfg: Settings, as_json: bool) -> int:
         doc["destinations"] = [asdict(d) for d in report.destinations]
         doc["errors"] = report.failures
         doc["notes"] = report.notes
+        doc["paused"] = None if report.paused is None else sorted(report.paused)
         click.echo(json.dumps(doc))
     else:
         click.echo(st.as_table(report.buckets))
+        if report.paused is not None:
+            click.echo(paused_line(report.paused))
         for d in report.destinations:
             click.echo(destination_line(d))
         if not report.destinations and not report.failures:

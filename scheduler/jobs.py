@@ -1,0 +1,155 @@
+"""Job control: the Python API behind ``recur jobs …`` and ``recur bucket pause|resume``.
+
+Everything goes through the store (``scheduler/store_control.py`` holds the
+SQL), so it works with any number of schedulers and workers running:
+
+- :func:`cancel` deletes a job's row. A scheduled job never runs. A
+  dispatched one may be queued or running: a queued copy finds no row and is
+  dropped as stale; a running copy finishes its current run, but its
+  reschedule finds no row and is dropped (logged by the worker), so the job
+  never comes back.
+- :func:`reschedule` moves a scheduled job to a new due time, which is also
+  its floor (an operator's time is not pulled forward). A dispatched job is
+  refused: its running copy decides its next time.
+- :func:`pause` makes the scheduler stop dispatching a bucket (due jobs and
+  periodic entries keep accumulating in the store); :func:`resume` undoes it.
+
+Bad input raises :class:`InvalidArgument` (or :class:`UnknownJob`,
+:class:`JobInFlight`) before anything is changed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
+from config.buckets import BUCKETS_BY_NAME
+from config.errors import InvalidArgument, JobInFlight, UnknownJob
+from scheduler.store import DueStore
+from scheduler.store_control import STATES, JobControl, JobFilter, JobRow, Page, decode_cursor
+
+#: Largest page of ``recur jobs list``.
+MAX_PAGE = 1000
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+
+@contextmanager
+def control(url: str) -> Iterator[JobControl]:
+    """Job control on the store at ``url`` (closed on exit)."""
+    store = DueStore.open(url)
+    try:
+        yield JobControl(store)
+    finally:
+        store.close()
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90``, ``90s``, ``10m``, ``1h30m``, ``2d``, ``1w`` → a positive timedelta."""
+    raw = text.strip().lower()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        parts = _DURATION.findall(raw)
+        if not parts or "".join(n + u for n, u in parts) != raw:
+            raise InvalidArgument(f"bad duration {text!r}: give e.g. 90s, 10m, 1h30m, 2d"
+                                  ) from None
+        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    if not 0 < seconds <= 3650 * 86400:
+        raise InvalidArgument(f"bad duration {text!r}: must be more than 0 and at most "
+                              "10 years")
+    return timedelta(seconds=seconds)
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 time with its offset (``2026-11-23T15:00:00+00:00`` or ``...Z``)."""
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InvalidArgument(f"bad time {text!r}: give an ISO 8601 time with its offset, "
+                              "e.g. 2026-11-23T15:00:00+00:00") from None
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise InvalidArgument(f"time {text!r} is naive: give its offset, e.g. "
+                              f"{moment.isoformat()}+00:00")
+    return moment.astimezone(UTC)
+
+
+def check_bucket(name: str) -> str:
+    if name not in BUCKETS_BY_NAME:
+        raise InvalidArgument(f"unknown bucket {name!r} (known: {', '.join(BUCKETS_BY_NAME)})")
+    return name
+
+
+def check_filter(f: JobFilter) -> JobFilter:
+    """Refuse a filter that names an unknown bucket or state, or an empty range."""
+    if f.bucket is not None:
+        check_bucket(f.bucket)
+    if f.state is not None and f.state not in STATES:
+        raise InvalidArgument(f"unknown state {f.state!r} (known: {', '.join(STATES)})")
+    if f.due_before and f.due_after and f.due_before <= f.due_after:
+        raise InvalidArgument("--due-before must be later than --due-after")
+    return f
+
+
+def show(ctl: JobControl, job_key: str) -> JobRow:
+    row = ctl.get(job_key)
+    if row is None:
+        raise UnknownJob(f"no job {job_key!r}")
+    return row
+
+
+def list_jobs(ctl: JobControl, f: JobFilter, limit: int = 50, after: str | None = None
+              ) -> Page:
+    """One page of jobs matching ``f``; pass its ``cursor`` as ``after`` for the next."""
+    check_filter(f)
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidArgument(f"page size must be 1..{MAX_PAGE}, got {limit}")
+    if after is not None:
+        try:
+            decode_cursor(after)
+        except ValueError:
+            raise InvalidArgument(f"bad cursor {after!r}: pass the one a page printed"
+                                  ) from None
+    return ctl.page(f, limit, after)
+
+
+def cancel(ctl: JobControl, job_key: str) -> JobRow:
+    """Delete the job; the row as it was (its ``state`` says whether a copy was in flight)."""
+    row = ctl.cancel(job_key)
+    if row is None:
+        raise UnknownJob(f"no job {job_key!r}")
+    return row
+
+
+def cancel_user(ctl: JobControl, user: str) -> Counter[str]:
+    """Delete every job of ``user``; the count per state they were in."""
+    if not user.strip():
+        raise InvalidArgument("--user needs a user id")
+    return ctl.cancel_user(user)
+
+
+def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
+               now: datetime | None = None) -> JobRow:
+    """Make the scheduled job due at ``due_at`` (not pulled forward before it)."""
+    if due_at.tzinfo is None:
+        raise InvalidArgument(f"time {due_at.isoformat()} is naive: give a timezone-aware time")
+    moved = ctl.move(job_key, due_at, now or datetime.now(UTC))
+    if moved is not None:
+        return moved
+    row = ctl.get(job_key)
+    if row is None:
+        raise UnknownJob(f"no job {job_key!r}")
+    raise JobInFlight(f"job {job_key!r} is dispatched (token {row.token}, lease until "
+                      f"{row.due_at.isoformat()}): its running copy sets its next time; "
+                      "cancel it, or reschedule it once it is scheduled again")
+
+
+def pause(ctl: JobControl, bucket: str) -> bool:
+    return ctl.pause(check_bucket(bucket), datetime.now(UTC))
+
+
+def resume(ctl: JobControl, bucket: str) -> bool:
+    return ctl.resume(check_bucket(bucket))
