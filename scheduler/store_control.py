@@ -276,16 +276,19 @@ class JobControl:
         """Stop dispatching ``bucket``; False if it was paused already."""
         insert: Any = self.store._insert()(bucket_pauses)
         # pause_bucket: idempotent.
-        stmt = insert.on_conflict_do_nothing(index_elements=[bucket_pauses.c.bucket])
+        stmt = (insert.values(bucket=bucket, paused_at=now)
+                .on_conflict_do_nothing(index_elements=[bucket_pauses.c.bucket])
+                .returning(bucket_pauses.c.bucket))
         with self.store._tx("pause a bucket") as conn:
-            return bool(conn.execute(stmt, {"bucket": bucket, "paused_at": now}).rowcount)
+            return conn.execute(stmt).first() is not None
 
     def resume(self, bucket: str) -> bool:
         """Dispatch ``bucket`` again; False if it was not paused."""
         # resume_bucket.
-        stmt = delete(bucket_pauses).where(bucket_pauses.c.bucket == bucket)
+        stmt = (delete(bucket_pauses).where(bucket_pauses.c.bucket == bucket)
+                .returning(bucket_pauses.c.bucket))
         with self.store._tx("resume a bucket") as conn:
-            return bool(conn.execute(stmt).rowcount)
+            return conn.execute(stmt).first() is not None
 
     def paused(self) -> dict[str, datetime]:
         """Paused buckets and since when."""

@@ -1,4 +1,5 @@
-"""Migrations 0003 (padding-free columns) and 0004 (lean rows) keep every row and its meaning."""
+"""Migrations 0003 (padding-free columns), 0004 (lean rows) and 0005 (pull-forward floor,
+job control) keep every row and its meaning."""
 
 from __future__ import annotations
 
@@ -71,10 +72,11 @@ def test_0004_codes_tasks_and_keeps_leases_as_due_times(scratch_pg: str) -> None
             "lease_until) VALUES ('k', 'tasks.process_message', 'short', '{\"args\":[1]}', "
             ":due, 4, 0, NULL), ('d', 'tests.other', 'long', '{\"args\":[2]}', :due, 7, 1, "
             ":lease)"), {"due": due, "lease": lease})
-    assert upgrade(engine) == head_revision()
+    assert upgrade(engine, "0004") == "0004"
     assert columns(engine) == ["due_at", "created_at", "updated_at", "token", "attempts",
                                "state", "task_id", "job_key", "bucket", "args"]
     assert indexes(engine) == {"due_jobs_pkey", "ix_due_jobs_scheduled", "ix_due_jobs_leased"}
+    assert upgrade(engine) == head_revision()
     with engine.connect() as conn:
         rows = conn.execute(text(
             "SELECT j.job_key, t.name, j.due_at, j.state, j.token FROM due_jobs j "
@@ -135,4 +137,29 @@ def test_0004_on_sqlite_keeps_rows_both_ways(tmp_path: Path) -> None:
     with engine.connect() as conn:
         row = conn.execute(text("SELECT task, lease_until, state FROM due_jobs")).one()
     assert tuple(row) == ("tests.other", "2030-01-02 00:00:00.000000", 1)
+    engine.dispose()
+
+
+def test_0005_adds_its_columns_without_rewriting_the_table(scratch_pg: str) -> None:
+    engine = make_engine(scratch_pg)
+    assert upgrade(engine, "0004") == "0004"
+    due = datetime(2030, 1, 1, tzinfo=UTC)
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO due_tasks (name) VALUES ('tasks.process_message')"))
+        conn.execute(text(
+            "INSERT INTO due_jobs (job_key, task_id, bucket, args, due_at) SELECT 'k', code, "
+            "'short', '[\"u1\",null]', :due FROM due_tasks"), {"due": due})
+        before = conn.execute(text("SELECT pg_relation_filenode('due_jobs')")).scalar()
+    assert upgrade(engine, "0005_i14") == "0005_i14"
+    with engine.connect() as conn:
+        after = conn.execute(text("SELECT pg_relation_filenode('due_jobs')")).scalar()
+        row = conn.execute(text("SELECT early_at, runs FROM due_jobs")).one()
+    assert after == before  # no table rewrite: the defaults are constants
+    assert tuple(row) == (datetime(1970, 1, 1, tzinfo=UTC), 0)
+    assert {"ix_due_jobs_early", "ix_due_jobs_user"} <= indexes(engine)
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0004")
+    assert "early_at" not in columns(engine)
     engine.dispose()

@@ -55,7 +55,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def empty_pg(url: str) -> None:
-    _pg(f"TRUNCATE {PG_SCHEMA}.due_jobs, {PG_SCHEMA}.due_counters")
+    _pg(f"TRUNCATE {PG_SCHEMA}.due_jobs, {PG_SCHEMA}.due_counters, {PG_SCHEMA}.bucket_pauses")
 
 
 @pytest.fixture
