@@ -1,0 +1,188 @@
+"""``recur jobs list`` on a large PostgreSQL store, and what migration 0005 costs there.
+
+1. Loads ``--rows`` jobs (default 1M: 3 buckets, 100,000 users, two tasks, due
+   over the next hour, 1 % dispatched) at revision 0004, then times
+   ``recur db upgrade`` to 0005_i14 (two columns with constant defaults, two
+   indexes) and records the table's and each index's size before and after.
+2. Times pages of ``recur jobs list`` through the same API the command calls
+   (``scheduler.jobs.list_jobs``), for each filter: the first page, and a page
+   deep in the list (from a cursor half-way through, and after following 100
+   pages), median of ``--repeat`` runs each.
+3. Times the idle pull-forward claim (``CLAIM_EARLY``) when no row's floor
+   has passed, and a user's ``recur jobs cancel --user``.
+
+Runs in its own PostgreSQL schema, dropped afterwards.
+
+    flock /tmp/recur-bench.lock .venv/bin/python -m bench.bench_jobs [--rows 1000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench.private_env import PrivateEnv, pg
+from bench.results_io import write_result
+
+ENVIRONMENT = PrivateEnv("jobs").activate()
+SCHEMA = ENVIRONMENT.schema
+
+
+def seed(rows: int) -> float:
+    """``rows`` jobs in the stored compact form ``[user_id, payload]``; seconds taken."""
+    t0 = time.monotonic()
+    pg(f"INSERT INTO {SCHEMA}.due_tasks (name) VALUES ('tasks.process_message'), "
+       "('tasks.other')")
+    step = 250_000
+    for first in range(0, rows, step):
+        last = min(rows, first + step)
+        pg(f"INSERT INTO {SCHEMA}.due_jobs (job_key, task_id, bucket, args, due_at, state) "
+           f"SELECT 'j' || i, 1 + (i % 10 = 0)::int, "
+           f"(ARRAY['short','medium','long'])[1 + i % 3], "
+           f"'[\"' || md5((i % 100000)::text)::uuid::text "
+           f"|| '\",{{\"every\":3600,\"runs\":null}}]', "
+           f"now() + (i * interval '3600 seconds') / {rows}, (i % 100 = 0)::int "
+           f"FROM generate_series({first + 1}, {last}) AS i")
+    pg(f"VACUUM ANALYZE {SCHEMA}.due_jobs")
+    return time.monotonic() - t0
+
+
+def sizes() -> dict[str, Any]:
+    table, total = pg(f"SELECT pg_relation_size('{SCHEMA}.due_jobs'), "
+                      f"pg_total_relation_size('{SCHEMA}.due_jobs')")[0]
+    indexes = pg(f"SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+                 f"WHERE indrelid = '{SCHEMA}.due_jobs'::regclass")
+    return {"table_bytes": table, "total_bytes": total,
+            "indexes": {str(n).split(".")[-1]: s for n, s in indexes}}
+
+
+def median_ms(run: Callable[[], Any], repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return round(statistics.median(times) * 1000, 2)
+
+
+def pages(rows: int, repeat: int) -> dict[str, Any]:
+    from scheduler import jobs as api
+    from scheduler.store import DueStore
+    from scheduler.store_control import JobControl, JobFilter, encode_cursor
+
+    store = DueStore.open(ENVIRONMENT.pg_url)
+    ctl = JobControl(store)
+    user = pg("SELECT md5('4242')::uuid::text")[0][0]
+    soon = datetime.now(UTC) + timedelta(minutes=30)
+    filters = {
+        "none": JobFilter(),
+        "user": JobFilter(user=user),
+        "bucket+state": JobFilter(bucket="short", state="scheduled"),
+        "state dispatched": JobFilter(state="dispatched"),
+        "bucket (not served by an index: bounded walk)": JobFilter(bucket="long"),
+        "task (rare: 10 %, bounded walk)": JobFilter(task="tasks.other"),
+        "due-before, bucket+state": JobFilter(bucket="medium", state="scheduled",
+                                              due_before=soon),
+    }
+    middle_key = f"j{rows // 2}"
+    middle_due = pg(f"SELECT due_at FROM {SCHEMA}.due_jobs WHERE job_key = '{middle_key}'")[0][0]
+    out: dict[str, Any] = {}
+    try:
+        for name, f in filters.items():
+            first = api.list_jobs(ctl, f, 50)
+            walk = ctl.walk_of(f, ctl.task_code(f.task) if f.task else None)
+            deep = encode_cursor([middle_key] if len(walk.order) == 1
+                                 else [middle_due, middle_key])
+            cursor = first.cursor
+            followed = 0
+            t0 = time.perf_counter()
+            while cursor and followed < 100:
+                cursor = api.list_jobs(ctl, f, 50, cursor).cursor
+                followed += 1
+            follow_s = time.perf_counter() - t0
+            out[name] = {
+                "index": first.index, "first_page_jobs": len(first.jobs),
+                "first_page_walked": first.walked,
+                "first_page_ms": median_ms(lambda f=f: api.list_jobs(ctl, f, 50), repeat),
+                "deep_page_ms": median_ms(lambda f=f, d=deep: api.list_jobs(ctl, f, 50, d),
+                                          repeat),
+                "pages_followed": followed,
+                "ms_per_followed_page": round(follow_s * 1000 / max(followed, 1), 2),
+            }
+            if cursor:
+                out[name]["page_101_ms"] = median_ms(
+                    lambda f=f, c=cursor: api.list_jobs(ctl, f, 50, c), repeat)
+        out["_show_ms"] = median_ms(lambda: api.show(ctl, middle_key), repeat)
+    finally:
+        store.close()
+    return out
+
+
+def claim_and_cancel(repeat: int) -> dict[str, Any]:
+    """The idle claim with every floor in the future, and one user's cancel."""
+    from scheduler.store import CLAIM_EARLY, DueStore
+    from scheduler.store_control import JobControl
+
+    pg(f"UPDATE {SCHEMA}.due_jobs SET early_at = due_at WHERE bucket = 'short' AND state = 0")
+    pg(f"VACUUM ANALYZE {SCHEMA}.due_jobs")
+    store = DueStore.open(ENVIRONMENT.pg_url)
+    try:
+        sql = str(CLAIM_EARLY.compile(dialect=store.engine.dialect))
+        params = {"bucket": "short", "now": datetime.now(UTC), "limit": 1000}
+
+        def claim() -> int:
+            with store.engine.begin() as conn:
+                return len(conn.exec_driver_sql(sql, params).all())
+
+        found = claim()
+        claim_ms = median_ms(claim, repeat)
+        with store.engine.begin() as conn:
+            plan = conn.exec_driver_sql("EXPLAIN " + sql, params).all()
+        user = pg("SELECT md5('777')::uuid::text")[0][0]
+        t0 = time.perf_counter()
+        cancelled = JobControl(store).cancel_user(user)
+        cancel_ms = round((time.perf_counter() - t0) * 1000, 2)
+    finally:
+        store.close()
+    return {"claim_early_rows_found": found, "claim_early_ms": claim_ms,
+            "claim_early_plan": [str(r[0]) for r in plan][:4],
+            "cancel_user_jobs": sum(cancelled.values()), "cancel_user_ms": cancel_ms}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    from scheduler.engine import make_engine
+    from scheduler.migrate import upgrade
+
+    pg(f"CREATE SCHEMA {SCHEMA}")
+    figures: dict[str, Any] = {
+        "command": f"python -m bench.bench_jobs --rows {args.rows} --repeat {args.repeat}"}
+    try:
+        engine = make_engine(ENVIRONMENT.pg_url)
+        upgrade(engine, "0004")
+        figures["seed_seconds"] = round(seed(args.rows), 1)
+        figures["before_0005"] = sizes()
+        t0 = time.monotonic()
+        upgrade(engine)
+        figures["upgrade_0005_seconds"] = round(time.monotonic() - t0, 1)
+        engine.dispose()
+        pg(f"VACUUM ANALYZE {SCHEMA}.due_jobs")
+        figures["after_0005"] = sizes()
+        figures["rows"] = args.rows
+        figures["list_pages"] = pages(args.rows, args.repeat)
+        figures["claim_and_cancel"] = claim_and_cancel(args.repeat)
+        figures["goal"] = "each page of recur jobs list well under a second at 1M rows"
+    finally:
+        pg(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
+    write_result("jobs", figures)
+
+
+if __name__ == "__main__":
+    main()
