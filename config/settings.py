@@ -182,8 +182,8 @@ class Settings:
     pull_forward_fraction: float = field(
         default=0.5,
         metadata=_doc("Pull-forward floor: a job is never pulled forward sooner than this "
-                      "fraction of the delay it asked for, counted from the later of its last "
-                      "run and that run's due time (0..1; 1 turns the early runs off)."))
+                      "fraction of the delay its last run asked for, counted from the later of "
+                      "that run and its due time (0..1; 1: a job that ran is never early)."))
     pull_forward_min_seconds: float = field(
         default=1.0,
         metadata=_doc("Pull-forward floor in seconds: whatever its delay, a job is not pulled "

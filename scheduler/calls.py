@@ -165,8 +165,9 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     """The store write for this call, or None when it should be published directly.
 
     Validates the delay options on every call and, for store calls, the message
-    (bucket, payload limit) and that the arguments are JSON. The row gets its
-    pull-forward floor (``not_before``: never before its due time).
+    (bucket, payload limit) and that the arguments are JSON. A reschedule by the
+    running job gets its pull-forward floor; ``not_before`` makes the due time
+    the floor.
     """
     if not isinstance(not_before, bool):
         raise InvalidSchedule(f"not_before must be True or False, got {not_before!r}")
@@ -189,8 +190,10 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     text = encode_call(call_args, call_kwargs, int(options.get("retries") or 0),
                        job_key=key, bucket=message["bucket"])
     due = due or now
-    floor = pull_floor(now, due, cfg, ran_due=None if own is None else own.ran_due,
-                       not_before=not_before)
+    # A run's reschedule gets its floor; a producer's call is a first run: none
+    # (it may be pulled forward at once), unless it asks for not_before.
+    floor = None if own is None and not not_before else pull_floor(
+        now, due, cfg, ran_due=None if own is None else own.ran_due, not_before=not_before)
     job = Job(job_key=key, task=task_name, bucket=message["bucket"], args=text,
               due_at=due, early_at=floor)
     return StoreCall(task_name, job, own)

@@ -353,9 +353,10 @@ class DueStore:
         """Upsert ``jobs`` by key (idempotent).
 
         A new key becomes a scheduled row. An existing scheduled key takes the
-        new task, args and due time. A dispatched one takes the new task and
-        args but keeps its state, token and lease: it stays with its one live
-        copy, whose reschedule (with its own due time) or finish decides.
+        new task, args and due time, and the later of its pull-forward floors.
+        A dispatched one takes the new task and args but keeps its state, token
+        and lease: it stays with its one live copy, whose reschedule (with its
+        own due time) or finish decides.
         """
         if not jobs:
             return
@@ -372,7 +373,10 @@ class DueStore:
             set_={"task_id": new.task_id, "bucket": new.bucket, "args": new.args,
                   "due_at": case((due_jobs.c.state == SCHEDULED, new.due_at),
                                  else_=due_jobs.c.due_at),
-                  "early_at": case((due_jobs.c.state == SCHEDULED, new.early_at),
+                  # a floor is only ever raised: a producer's write cannot undo the
+                  # floor a run set (nor hammer a recurring job by re-sending it)
+                  "early_at": case((and_(due_jobs.c.state == SCHEDULED,
+                                         new.early_at > due_jobs.c.early_at), new.early_at),
                                    else_=due_jobs.c.early_at),
                   "updated_at": new.updated_at})
         with self._tx("schedule jobs") as conn:

@@ -62,25 +62,29 @@ def claim(store: DueStore, bucket: str, now: datetime, *, early: bool) -> list[C
 # -- the floor ---------------------------------------------------------------------
 
 
-def test_a_producers_delay_sets_the_floor_and_not_before_opts_out(
-        store_in_use: DueStore) -> None:
+def test_a_first_run_has_no_floor_and_not_before_opts_out(store_in_use: DueStore) -> None:
     ctl = JobControl(store_in_use)
-    before = datetime.now(UTC)
     process_message.apply_async((message("in-an-hour"),), countdown=3600)
     process_message.apply_async((message("exactly"),), countdown=3600, not_before=True)
-    half = ctl.get("in-an-hour")
-    exact = ctl.get("exactly")
-    assert half is not None and exact is not None
-    assert before + timedelta(seconds=1800) <= half.early_at <= half.due_at - timedelta(
-        seconds=1799)
-    assert exact.early_at == exact.due_at
-    # Idle pull-forward: neither is claimed now, "in an hour" is after half an hour.
-    assert claim(store_in_use, "short", datetime.now(UTC), early=True) == []
-    later = [c.job_key for c in claim(store_in_use, "short", before + timedelta(seconds=1801),
-                                      early=True)]
-    assert later == ["in-an-hour"]
+    free, exact = ctl.get("in-an-hour"), ctl.get("exactly")
+    assert free is not None and exact is not None
+    assert free.early_at == NO_FLOOR and exact.early_at == exact.due_at
+    # Idle pull-forward takes the first now, the opted-out one only at its time.
+    assert [c.job_key for c in claim(store_in_use, "short", datetime.now(UTC), early=True)
+            ] == ["in-an-hour"]
+    assert claim(store_in_use, "short", exact.due_at - timedelta(seconds=1), early=True) == []
+    assert [c.job_key for c in claim(store_in_use, "short", exact.due_at, early=True)
+            ] == ["exactly"]
     with pytest.raises(Exception, match="not_before"):
         process_message.apply_async((message("x"),), countdown=60, not_before="yes")
+
+
+def test_a_producers_write_never_lowers_a_floor(store: DueStore, ctl: JobControl) -> None:
+    floor = NOW + timedelta(minutes=30)
+    store.schedule([job("k", NOW + timedelta(hours=1), early=floor)], NOW)
+    store.schedule([job("k", NOW + timedelta(hours=2))], NOW)  # re-sent, no floor of its own
+    row = ctl.get("k")
+    assert row is not None and (row.due_at, row.early_at) == (NOW + timedelta(hours=2), floor)
 
 
 def test_the_idle_claim_takes_rows_whose_floor_passed_never_before(store: DueStore) -> None:

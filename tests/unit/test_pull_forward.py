@@ -23,7 +23,7 @@ def s(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def test_a_producers_call_may_run_after_half_its_delay() -> None:
+def test_the_floor_is_half_the_delay_asked_for() -> None:
     assert pull_floor(T0, s(3600), CFG) == s(1800)
     assert pull_floor(T0, s(3600), CFG, not_before=True) == s(3600)
     assert pull_floor(T0, s(1), CFG) == s(1)  # the 1 s minimum, capped at the due time
