@@ -131,8 +131,9 @@ def claim_and_cancel(repeat: int) -> dict[str, Any]:
     pg(f"VACUUM ANALYZE {SCHEMA}.due_jobs")
     store = DueStore.open(ENVIRONMENT.pg_url)
     try:
-        sql = str(CLAIM_EARLY.compile(dialect=store.engine.dialect))
-        params = {"bucket": "short", "now": datetime.now(UTC), "limit": 1000}
+        compiled = CLAIM_EARLY.compile(dialect=store.engine.dialect)
+        sql = str(compiled)
+        params = {**compiled.params, "bucket": "short", "now": datetime.now(UTC), "limit": 1000}
 
         def claim() -> int:
             with store.engine.begin() as conn:
