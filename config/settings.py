@@ -268,16 +268,7 @@ CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry"
 def _check(values: dict[str, Any]) -> None:
     """Refuse a value out of its bounds (one setting at a time, as it is read)."""
     for name, value in values.items():
-        if name in POSITIVE and value <= 0:
-            raise ValueError(f"{name} must be positive")
-        if name in NON_NEGATIVE and value < 0:
-            raise ValueError(f"{name} must not be negative")
-        if name in FRACTIONS and not 0 <= value <= 1:
-            raise ValueError(f"{name} must be between 0 and 1")
-        if name in AT_LEAST_ONE and value < 1:
-            raise ValueError(f"{name} must be at least 1")
-        if name in CHOICES and value not in CHOICES[name]:
-            raise ValueError(f"{name} must be {' or '.join(map(repr, CHOICES[name]))}")
+        _check_bounds(name, value)
     if values.get("metrics_port", 0) > 65535:
         raise ValueError("metrics_port must be a TCP port (0 turns metrics off)")
     _check_database_url(values.get("database_url", "sqlite://"))
@@ -288,6 +279,19 @@ def _check(values: dict[str, Any]) -> None:
         if name.strip() not in BUCKETS_BY_NAME:
             raise ValueError(f"pull_forward names unknown bucket {name.strip()!r} "
                              f"(buckets: {', '.join(BUCKETS_BY_NAME)})")
+
+
+def _check_bounds(name: str, value: Any) -> None:
+    if name in POSITIVE and value <= 0:
+        raise ValueError(f"{name} must be positive")
+    if name in NON_NEGATIVE and value < 0:
+        raise ValueError(f"{name} must not be negative")
+    if name in FRACTIONS and not 0 <= value <= 1:
+        raise ValueError(f"{name} must be between 0 and 1")
+    if name in AT_LEAST_ONE and value < 1:
+        raise ValueError(f"{name} must be at least 1")
+    if name in CHOICES and value not in CHOICES[name]:
+        raise ValueError(f"{name} must be {' or '.join(map(repr, CHOICES[name]))}")
 
 
 def _check_database_url(url: str) -> None:
