@@ -155,7 +155,8 @@ def test_floor_backlog_and_job_control(stack: Stack) -> None:
 
     # The backlog: all pulled forward by idle workers, none run twice.
     backlog = list(natural)
-    wait_for(lambda: all(s.starts(k) for k in backlog), 90, "the backlog to be pulled forward")
+    # 10-20 s on a quiet machine, 80 s seen with the 2 cores loaded by other test runs.
+    wait_for(lambda: all(s.starts(k) for k in backlog), 300, "the backlog to be pulled forward")
     busy_for = max(s.starts(k)[0] for k in backlog) - seeded_at
     assert all(s.starts(k)[0] < natural[k].timestamp() for k in backlog)  # pulled forward
 
