@@ -17,7 +17,10 @@ log = logging.getLogger("recur.distlock")
 
 SEQ = "recur_lock_seq"
 SINCE = "recur_lock_since"
-TICKET_HEADERS = frozenset({SEQ, SINCE})
+#: Headers of the previous design's tickets (per-user numbers in an epoch): a message
+#: published before an upgrade is numbered again on arrival, by its task id.
+OLD_TICKET_HEADERS = frozenset({"recur_lock_epoch", "recur_lock_handover"})
+TICKET_HEADERS = frozenset({SEQ, SINCE, *OLD_TICKET_HEADERS})
 #: What a parked (dropped) delivery returns; the worker reports it as the Celery
 #: event ``task-parked`` (``task-dropped``) instead of ``task-succeeded``.
 PARKED_RESULT, DROPPED_RESULT = "recur:parked", "recur:dropped"
@@ -43,7 +46,8 @@ class Ticket:
             value = headers.get(name, getattr(request, name, None))
             return 0 if value is None else value
 
-        return cls(seq=int(get(SEQ)), since=float(get(SINCE)))
+        old = any(headers.get(name) is not None for name in OLD_TICKET_HEADERS)
+        return cls(seq=0 if old else int(get(SEQ)), since=float(get(SINCE)))
 
     def headers(self) -> dict[str, Any]:
         """Celery ``headers=`` for publishing a job with this ticket."""

@@ -138,13 +138,14 @@ end
 local function acquire()
   local user, token, ttl, seq = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local started, done, known, gapat = marks()
-  local now = now_ms()
-  local since, too_old = tonumber(ARGV[9]), false
-  too_old = since > 0 and now - since > tonumber(ARGV[10])
+  local since = tonumber(ARGV[9])
+  local function too_old()  -- TIME is read only when it matters
+    return since > 0 and now_ms() - since > tonumber(ARGV[10])
+  end
   if seq == 0 then  -- numbered on arrival: once, by task id
     seq = tonumber(redis.call('HGET', KEYS[6], ARGV[5]) or 0)
     if seq == 0 then
-      if too_old then  -- its number may have been forgotten: never a new one
+      if too_old() then  -- its number may have been forgotten: never a new one
         count('too_old')
         return '4 0 0'
       end
@@ -154,7 +155,7 @@ local function acquire()
       redis.call('ZADD', KEYS[3], seq, seq)
       known = false  -- refresh the line's lifetime below
     end
-  elseif not known and too_old then  -- the user's line is gone: it cannot be placed
+  elseif not known and too_old() then  -- the user's line is gone: it cannot be placed
     count('too_old')
     return '4 ' .. seq .. ' 0'
   end
@@ -176,13 +177,15 @@ local function acquire()
       redis.call('HSET', KEYS[2], 'started', seq)
       if gapat then redis.call('HDEL', KEYS[2], 'gapat') end
       -- A user with parked jobs has a wake entry: bring it to this lease's end.
-      redis.call('ZADD', KEYS[7], 'XX', 'LT', now + ttl, user)
+      if redis.call('ZSCORE', KEYS[7], user) then
+        redis.call('ZADD', KEYS[7], 'LT', now_ms() + ttl, user)
+      end
       return '1 ' .. seq .. ' ' .. redis.call('INCR', KEYS[8])
     end
   end
   -- Parked: busy (the lock is held: look again when its lease ends) or early (an
   -- earlier job has not come back yet: a gap, which times out).
-  local pttl = redis.call('PTTL', KEYS[1])
+  local pttl, now = redis.call('PTTL', KEYS[1]), now_ms()
   local deadline
   if pttl > 0 then
     count('busy')

@@ -46,6 +46,9 @@ def test_a_ticket_travels_in_headers() -> None:
     assert Ticket.from_request(SimpleNamespace(headers=None)) == Ticket()
     assert Ticket(since=100.0).waited(now=130.0) == 30.0 and Ticket().waited() == 0.0
     assert {SEQ, SINCE} <= set(ticket.headers())
+    # A message of the previous design (per-user number + epoch) is numbered again.
+    old = SimpleNamespace(headers={SEQ: 3, "recur_lock_epoch": "9", SINCE: 100.0})
+    assert Ticket.from_request(old) == Ticket(seq=0, since=100.0)
 
 
 def test_two_copies_of_a_job_park_as_one_entry() -> None:
