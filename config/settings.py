@@ -157,6 +157,12 @@ class Settings:
         default=1800.0,
         metadata=_doc("How long a dispatched job may stay unfinished before it is dispatched "
                       "again; above the long bucket's time limit plus queueing."))
+    outage_budget: float = field(
+        default=20.0,
+        metadata=_doc("Seconds a task waits in place (retrying with backoff) for the due-jobs "
+                      "store before it hands its message back to the queue: an outage of "
+                      "seconds costs seconds, not a delivery (capped at half the bucket's "
+                      "soft time limit)."))
     low_watermark: int = field(
         default=1000,
         metadata=_doc("Scheduler refills a bucket queue when fewer messages than this wait "
@@ -257,7 +263,7 @@ POSITIVE = frozenset({
     "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
     "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
     "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
-    "metrics_top_destinations", "status_interval", "sender_lease"})
+    "metrics_top_destinations", "status_interval", "sender_lease", "outage_budget"})
 NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
                           "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds"})
 FRACTIONS = frozenset({"pull_forward_fraction"})

@@ -15,13 +15,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from config.errors import InvalidSchedule
+from celery.exceptions import Ignore, Reject, Retry
+
+from config.buckets import BUCKETS_BY_QUEUE
+from config.errors import InvalidSchedule, StoreError
 from config.settings import Settings
 from routing.messages import validate_message
 from scheduler.callargs import encode_call, message_of
 from scheduler.metrics import STALE_DROPPED
+from scheduler.outages import budget_for, ride_out
 from scheduler.pullforward import pull_floor
-from scheduler.store import Job, get_store
+from scheduler.store import DueStore, Job, get_store
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +58,10 @@ class Dispatch:
         if live is None or live[0] != self.token:
             return False
         return self.lease_us is None or live[1] is None or micros(live[1]) == self.lease_us
+
+    def header(self) -> list[Any]:
+        """The header value of this dispatch (a copy handed back carries it again)."""
+        return [self.job_key, self.token, self.lease_us, self.due_us]
 
 
 def micros(moment: datetime) -> int:
@@ -131,9 +139,6 @@ def due_time(countdown: Any, eta: Any, now: datetime) -> datetime | None:
     return eta.astimezone(UTC)
 
 
-
-
-
 @dataclass(frozen=True)
 class StoreCall:
     """A call that goes to the store: validated and encoded, not yet written."""
@@ -143,20 +148,36 @@ class StoreCall:
     reschedule_of: Dispatch | None
 
     def write(self, cfg: Settings, request: Any) -> ScheduledJob:
-        """Write the row: an upsert, or the token-checked reschedule of the running job."""
+        """Write the row: an upsert, or the token-checked reschedule of the running job.
+
+        A store outage is ridden out (RECUR_OUTAGE_BUDGET). A reschedule that still
+        fails is remembered on the request: the run then never finishes the job
+        (even if the task caught the error), it retries the reschedule or hands the
+        message back.
+        """
         store, job = get_store(cfg.database_url), self.job
         if self.reschedule_of is None:
             store.schedule([job], utcnow())
             return ScheduledJob(job.job_key, job.due_at)
-        accepted = store.reschedule(job.job_key, self.reschedule_of.token, job.due_at,
-                                    utcnow(), args=job.args, early_at=job.early_at)
+        request.recur_pending = self  # until it is written: no finish for this run
+        accepted = ride_out(f"job {job.job_key}: reschedule", lambda: self.reschedule(store),
+                            budget_for(cfg, queue_of(request)))
+        request.recur_pending = None
         request.recur_settled = True  # this run decided its row's fate: no finish
+        return ScheduledJob(job.job_key, job.due_at, accepted)
+
+    def reschedule(self, store: DueStore) -> bool:
+        """The token-checked reschedule; False (logged) when this copy is stale."""
+        assert self.reschedule_of is not None
+        job, token = self.job, self.reschedule_of.token
+        accepted = store.reschedule(job.job_key, token, job.due_at, utcnow(), args=job.args,
+                                    early_at=job.early_at)
         if not accepted:
             STALE_DROPPED.labels("reschedule").inc()
             log.warning("job %s: not rescheduled, token %d is stale (the job was dispatched "
                         "again, or cancelled); leaving it to its live copy, if any",
-                        job.job_key, self.reschedule_of.token)
-        return ScheduledJob(job.job_key, job.due_at, accepted)
+                        job.job_key, token)
+        return accepted
 
 
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
@@ -199,28 +220,100 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     return StoreCall(task_name, job, own)
 
 
+def queue_of(request: Any) -> str | None:
+    """The queue a task request was delivered from."""
+    info = getattr(request, "delivery_info", None) or {}
+    return info.get("routing_key") if isinstance(info, Mapping) else None
+
+
 def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) -> Any:
     """Run a scheduler-dispatched message unless it is a stale copy; settle its row.
 
     A copy whose token is no longer the row's (its lease ran out and the job
     was dispatched again, or the job already finished) is dropped and logged.
-    A run that neither rescheduled nor failed finishes its one-shot job.
+    A run that neither rescheduled nor failed finishes its one-shot job; a run
+    whose reschedule failed never does. Store outages are ridden out
+    (:mod:`scheduler.outages`); :class:`StoreUnavailable` means the budget ran out.
     """
-    store = get_store(cfg.database_url)
-    live = store.live_dispatch(dispatch.job_key, wait=False)
+    budget = budget_for(cfg, queue_of(request))
+    key = dispatch.job_key
+    store = ride_out(f"job {key}: open the store", lambda: get_store(cfg.database_url), budget)
+    live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key, wait=False),
+                    budget)
     if not dispatch.matches(live):  # maybe its dispatch is still committing: wait for it
-        live = store.live_dispatch(dispatch.job_key, wait=True)
+        live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key), budget)
     if not dispatch.matches(live):
         STALE_DROPPED.labels("run").inc()
         log.warning("dropping stale duplicate of job %s: it carries token %d (lease %s), the "
-                    "job's live dispatch is %s", dispatch.job_key, dispatch.token,
+                    "job's live dispatch is %s", key, dispatch.token,
                     dispatch.lease_us, "none" if live is None else
                     f"token {live[0]} (lease {live[1] and micros(live[1])})")
         return None
-    result = run()
-    if not getattr(request, "recur_settled", False) and not store.finish(
-            dispatch.job_key, dispatch.token):
+    last_chance(request, dispatch, store, cfg)
+    try:
+        result = run()
+    except NOT_A_FAILED_RUN:
+        raise
+    except Exception:
+        retry_soon(dispatch, store)
+        raise
+    settle(request, dispatch, store, budget)
+    return result
+
+
+#: Exceptions that are not the task's failure: the store's (the message is handed
+#: back) and Celery's own control flow.
+NOT_A_FAILED_RUN = (StoreError, Retry, Ignore, Reject)
+#: Seconds after a failed run (its message dead-lettered as rejected) before its
+#: row is dispatched again, instead of after the whole lease.
+RETRY_FAILED_AFTER = 5.0
+#: Seconds past the bucket's hard time limit that a last delivery's lease lasts.
+LEASE_MARGIN = 15.0
+
+
+def settle(request: Any, dispatch: Dispatch, store: DueStore, budget: float) -> None:
+    """After a run: write a reschedule it still owes, or finish its one-shot job."""
+    pending: StoreCall | None = getattr(request, "recur_pending", None)
+    if pending is not None:  # the task caught its failed reschedule: never a finish
+        log.warning("job %s: its reschedule failed during the run; trying it again",
+                    dispatch.job_key)
+        ride_out(f"job {dispatch.job_key}: reschedule", lambda: pending.reschedule(store),
+                 budget)
+        request.recur_pending = None
+        return
+    if getattr(request, "recur_settled", False):
+        return
+    if not ride_out(f"job {dispatch.job_key}: finish",
+                    lambda: store.finish(dispatch.job_key, dispatch.token), budget):
         STALE_DROPPED.labels("finish").inc()
         log.warning("job %s: finished, but token %d is stale: the job was dispatched again "
                     "meanwhile", dispatch.job_key, dispatch.token)
-    return result
+
+
+def retry_soon(dispatch: Dispatch, store: DueStore) -> None:
+    """A run failed (its message goes to the dead-letter queue as rejected): make its
+    row due again in a few seconds rather than when the whole lease runs out. The
+    row's attempts still count, so a job that keeps failing ends in ``.dead``."""
+    until = utcnow() + timedelta(seconds=RETRY_FAILED_AFTER)
+    try:
+        store.set_lease(dispatch.job_key, dispatch.token, until)
+    except StoreError as exc:
+        log.warning("job %s: failed, and its lease cannot be shortened (%s): it is "
+                    "dispatched again when the lease runs out", dispatch.job_key, exc)
+
+
+def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings) -> None:
+    """On the delivery the queue's limit allows last, shorten the row's lease to the
+    bucket's hard time limit: if this delivery dies too, the broker dead-letters the
+    copy and the row comes back after that, not after RECUR_LEASE_SECONDS.
+    (The copy's lease stamp then no longer matches; nothing redelivers it anyway.)"""
+    count = _header(request, "x-delivery-count")
+    bucket = BUCKETS_BY_QUEUE.get(queue_of(request) or "")
+    if cfg.queue_type != "quorum" or bucket is None or int(count or 0) < cfg.max_deliveries - 1:
+        return
+    until = utcnow() + timedelta(seconds=bucket.time_limit + LEASE_MARGIN)
+    try:
+        store.set_lease(dispatch.job_key, dispatch.token, until)
+    except StoreError as exc:
+        log.warning("job %s: cannot shorten the lease of its last delivery: %s",
+                    dispatch.job_key, exc)

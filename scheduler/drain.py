@@ -24,6 +24,7 @@ from config.buckets import BUCKETS, Bucket
 from config.errors import ConfigError, ServiceUnavailable
 from config.settings import Settings
 from scheduler.calls import utcnow
+from scheduler.fill_lock import FillLocks
 from scheduler.periodic import PeriodicEntry, entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.store import DueStore
@@ -32,14 +33,17 @@ from scheduler.summary import Summary
 
 log = logging.getLogger("recur.scheduler")
 
-MAX_BACKOFF = 30.0
+#: Longest wait between two reconnect attempts: a service back after an outage is
+#: seen within this (and every connection is renewed at once), so the drain
+#: resumes within about two seconds of it.
+MAX_BACKOFF = 2.0
 
 
 @dataclass
 class Backoff:
-    """Doubling waits between reconnect attempts, reset by a pass that worked."""
+    """Doubling waits between reconnect attempts, reset by any step that worked."""
 
-    first: float = 0.5
+    first: float = 0.25
     current: float = 0.0
 
     def next(self) -> float:
@@ -73,10 +77,18 @@ class Scheduler:
     summary: Summary | None = None
     #: Buckets paused by `recur bucket pause` at the last pass (logged when it changes).
     _paused: set[str] = field(default_factory=set)
+    backoff: Backoff = field(default_factory=Backoff)
+    _fill_locks: FillLocks | None = None
 
     def __post_init__(self) -> None:
         if self.summary is None:
             self.summary = Summary(self.cfg.status_interval)
+
+    @property
+    def fill_locks(self) -> FillLocks:
+        if self._fill_locks is None:
+            self._fill_locks = FillLocks(self.store)
+        return self._fill_locks
 
     @property
     def pull_forward(self) -> set[str]:
@@ -85,7 +97,7 @@ class Scheduler:
     def run(self) -> None:
         """Drain until ``stopping`` is set; service outages are waited out."""
         check_watermarks(self.cfg)
-        backoff = Backoff()
+        backoff = self.backoff
         log.info("scheduler started: store %s, watermarks %d..%d, batch %d, lease %.0fs, "
                  "pull-forward %s", self.store.url, self.cfg.low_watermark,
                  self.cfg.high_watermark, self.cfg.drain_batch, self.cfg.lease_seconds,
@@ -100,7 +112,7 @@ class Scheduler:
             except ServiceUnavailable as exc:
                 wait = backoff.next()
                 log.warning("%s; reconnecting in %.1fs", exc, wait)
-                self.close_publishers()
+                self.drop_connections()
                 self.stopping.wait(wait)
                 continue
             backoff.reset()
@@ -109,6 +121,7 @@ class Scheduler:
             if not moved:
                 self.stopping.wait(self.cfg.scheduler_interval)
         self.close_publishers()
+        self.fill_locks.close()
         if self._pool is not None:
             self._pool.shutdown()
         log.info("scheduler stopped")
@@ -126,6 +139,14 @@ class Scheduler:
     def close_publishers(self) -> None:
         for publisher in (self.publisher, *self._lanes):
             publisher.close()
+
+    def drop_connections(self) -> None:
+        """After a broker or database error every lane's connection is suspect (a
+        restarted service broke them all): drop them all at once, so the next
+        attempt reconnects everything instead of meeting one stale one at a time."""
+        self.close_publishers()
+        self.fill_locks.close()
+        self.store.discard_connections()
 
     def pass_once(self) -> int:
         """One pass over leases and buckets; returns the rows moved."""
@@ -166,7 +187,14 @@ class Scheduler:
         return paused
 
     def fill(self, bucket: Bucket, now: datetime) -> int:
-        """Top up one bucket's queue; returns the messages published."""
+        """Top up one bucket's queue under its fill lock (skipped while another
+        scheduler holds it); returns the messages published."""
+        with self.fill_locks.hold(bucket.name) as mine:
+            sent = self._fill(bucket, now) if mine else 0
+        self.backoff.reset()  # a step worked: the next outage starts from a short wait
+        return sent
+
+    def _fill(self, bucket: Bucket, now: datetime) -> int:
         depth = self.publisher.depth(bucket.queue)
         if depth >= self.cfg.low_watermark:
             return 0

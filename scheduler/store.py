@@ -122,6 +122,13 @@ RESCHEDULE = update(due_jobs).where(
 FINISH = delete(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED)
+# set_lease: move the end of the live dispatch's lease (token-checked), so a
+# failed run's row is due again in seconds instead of after the whole lease.
+SET_LEASE = update(due_jobs).where(
+    due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
+    due_jobs.c.state == DISPATCHED,
+).values(due_at=bindparam("lease", type_=UtcDateTime()),
+         updated_at=bindparam("now", type_=UtcDateTime()))
 # The scheduler's statements. claim_rows: the earliest due scheduled rows of
 # one bucket (ix_due_jobs_scheduled), skipping rows another scheduler holds.
 # claim_early (idle pull-forward): the scheduled rows whose floor has passed,
@@ -419,7 +426,25 @@ class DueStore:
         _, count = self._settle("finish a job", FINISH, {"key": job_key, "current": token})
         return count == 1
 
+    def set_lease(self, job_key: str, token: int, until: datetime) -> bool:
+        """End the lease of dispatch ``token`` of ``job_key`` at ``until`` (False: stale)."""
+        _, count = self._settle("set a job's lease", SET_LEASE, {
+            "key": job_key, "current": token, "lease": until, "now": datetime.now(UTC)})
+        return count == 1
+
     # -- the scheduler -----------------------------------------------------------
+
+    def raw_connection(self) -> psycopg.Connection[Any]:
+        """A new autocommit psycopg connection to this PostgreSQL store (the caller
+        closes it); driver errors are the caller's to wrap."""
+        cargs, cparams = self.engine.dialect.create_connect_args(self.engine.url)
+        return psycopg.connect(*cargs, **cparams, autocommit=True)
+
+    def discard_connections(self) -> None:
+        """Drop every pooled connection (after an outage they are all broken): the
+        next statement of each lane opens a fresh one, instead of each stale one
+        failing once more."""
+        self.close()
 
     def dispatch(self, bucket: str, limit: int, now: datetime, lease_until: datetime,
                  publish: Publisher, *, early: bool = False) -> int:

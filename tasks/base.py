@@ -12,7 +12,7 @@ from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
 from routing.recurrence import check_call
-from scheduler.calls import dispatch_of, run_dispatched, store_plan
+from scheduler.calls import DISPATCH_HEADER, Dispatch, dispatch_of, run_dispatched, store_plan
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,10 @@ class MessageTask(Task):  # type: ignore[misc]
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task; a scheduler-dispatched copy is token-checked first.
 
-        When the due-jobs store is down, the message is requeued (not failed):
-        its reschedule must not be dropped.
+        A due-jobs store outage is ridden out in place (RECUR_OUTAGE_BUDGET); if
+        the store is still down after that, the message is handed back to its
+        queue as a fresh copy (the same dispatch), which does not spend one of
+        its deliveries: an outage is not the message's failure.
         """
         dispatch = dispatch_of(self.request)
         if dispatch is None:
@@ -73,13 +75,27 @@ class MessageTask(Task):  # type: ignore[misc]
             return run_dispatched(self.request, dispatch, settings(),
                                   lambda: super(MessageTask, self).__call__(*args, **kwargs))
         except StoreUnavailable as exc:
-            log.warning("job %s: %s; requeueing the message", dispatch.job_key, exc)
-            raise Reject(exc, requeue=True) from exc
+            return self.hand_back(dispatch, exc)
         except Reject as exc:
-            if isinstance(exc.reason, StoreError):  # retry() wraps its failed apply_async
+            if isinstance(exc.reason, StoreUnavailable):  # retry() wraps its apply_async
+                return self.hand_back(dispatch, exc.reason)
+            if isinstance(exc.reason, StoreError):
                 log.warning("job %s: %s; requeueing the message", dispatch.job_key, exc.reason)
                 raise Reject(exc.reason, requeue=True) from exc
             raise
+
+    def hand_back(self, dispatch: Dispatch, exc: Exception) -> None:
+        """Publish this message again (same dispatch header, so still the job's live
+        copy) and let this delivery be acknowledged; requeue it if even that fails."""
+        log.warning("job %s: %s; handing the message back to its queue", dispatch.job_key, exc)
+        request = self.request
+        try:
+            super().apply_async(request.args, request.kwargs, retries=request.retries or 0,
+                                headers={DISPATCH_HEADER: dispatch.header()})
+        except Exception as publish_exc:  # broker down too: the delivery is returned
+            log.warning("job %s: cannot hand the message back (%s); requeueing it",
+                        dispatch.job_key, publish_exc)
+            raise Reject(exc, requeue=True) from publish_exc
 
     def message(self, raw: Any) -> Message:
         """Validate the raw first argument on the worker side."""
