@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -161,7 +162,7 @@ class StoreCall:
             return ScheduledJob(job.job_key, job.due_at)
         request.recur_pending = self  # until it is written: no finish for this run
         accepted = ride_out(f"job {job.job_key}: reschedule", lambda: self.reschedule(store),
-                            budget_for(cfg, queue_of(request)))
+                            budget_left(request, cfg))
         request.recur_pending = None
         request.recur_settled = True  # this run decided its row's fate: no finish
         return ScheduledJob(job.job_key, job.due_at, accepted)
@@ -226,6 +227,16 @@ def queue_of(request: Any) -> str | None:
     return info.get("routing_key") if isinstance(info, Mapping) else None
 
 
+def budget_left(request: Any, cfg: Settings) -> float:
+    """Seconds this run may still wait for the store: one budget per run, shared by its
+    token check, reschedule and finish (they all happen inside the task's time)."""
+    deadline = getattr(request, "recur_outage_deadline", None)
+    if deadline is None:
+        deadline = request.recur_outage_deadline = (time.monotonic()
+                                                    + budget_for(cfg, queue_of(request)))
+    return max(0.0, deadline - time.monotonic())
+
+
 def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) -> Any:
     """Run a scheduler-dispatched message unless it is a stale copy; settle its row.
 
@@ -235,13 +246,18 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     whose reschedule failed never does. Store outages are ridden out
     (:mod:`scheduler.outages`); :class:`StoreUnavailable` means the budget ran out.
     """
-    budget = budget_for(cfg, queue_of(request))
+    request.recur_outage_deadline = None  # a new run: a whole budget
+
+    def budget() -> float:
+        return budget_left(request, cfg)
+
     key = dispatch.job_key
-    store = ride_out(f"job {key}: open the store", lambda: get_store(cfg.database_url), budget)
+    store = ride_out(f"job {key}: open the store", lambda: get_store(cfg.database_url),
+                     budget())
     live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key, wait=False),
-                    budget)
+                    budget())
     if not dispatch.matches(live):  # maybe its dispatch is still committing: wait for it
-        live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key), budget)
+        live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key), budget())
     if not dispatch.matches(live):
         STALE_DROPPED.labels("run").inc()
         log.warning("dropping stale duplicate of job %s: it carries token %d (lease %s), the "
@@ -257,7 +273,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     except Exception:
         retry_soon(dispatch, store)
         raise
-    settle(request, dispatch, store, budget)
+    settle(request, dispatch, store, budget())
     return result
 
 
@@ -294,12 +310,8 @@ def retry_soon(dispatch: Dispatch, store: DueStore) -> None:
     """A run failed (its message goes to the dead-letter queue as rejected): make its
     row due again in a few seconds rather than when the whole lease runs out. The
     row's attempts still count, so a job that keeps failing ends in ``.dead``."""
-    until = utcnow() + timedelta(seconds=RETRY_FAILED_AFTER)
-    try:
-        store.set_lease(dispatch.job_key, dispatch.token, until)
-    except StoreError as exc:
-        log.warning("job %s: failed, and its lease cannot be shortened (%s): it is "
-                    "dispatched again when the lease runs out", dispatch.job_key, exc)
+    shorten_lease(dispatch, store, utcnow() + timedelta(seconds=RETRY_FAILED_AFTER),
+                  "failed run")
 
 
 def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings) -> None:
@@ -312,8 +324,16 @@ def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings
     if cfg.queue_type != "quorum" or bucket is None or int(count or 0) < cfg.max_deliveries - 1:
         return
     until = utcnow() + timedelta(seconds=bucket.time_limit + LEASE_MARGIN)
+    shorten_lease(dispatch, store, until, "last delivery")
+
+
+def shorten_lease(dispatch: Dispatch, store: DueStore, until: datetime, why: str) -> None:
+    """End the dispatch's lease at ``until`` if that is sooner than its lease stamp
+    (best effort: if the store is down the lease simply runs its course)."""
+    if dispatch.lease_us is not None and dispatch.lease_us <= micros(until):
+        return
     try:
         store.set_lease(dispatch.job_key, dispatch.token, until)
     except StoreError as exc:
-        log.warning("job %s: cannot shorten the lease of its last delivery: %s",
-                    dispatch.job_key, exc)
+        log.warning("job %s: cannot shorten its lease (%s): %s; it is dispatched again "
+                    "when the lease runs out", dispatch.job_key, why, exc)

@@ -190,6 +190,8 @@ class Figures:
     runs_per_second: float
     last_fault_to_last_run: float
     longest_outage: float
+    #: Per outage: seconds from the service being back to the first run completed after.
+    resumed_after: dict[str, float]
     faults: list[Fault]
 
     def as_dict(self) -> dict[str, Any]:
@@ -211,4 +213,7 @@ def figures(rig: OutageRig, ids: list[str], runs_each: int, started: float) -> F
         runs_per_second=round(len(runs) / max(last - started, 1e-9), 1),
         last_fault_to_last_run=round(last - last_fault, 2),
         longest_outage=round(max((f.ended - f.started for f in rig.faults), default=0.0), 2),
+        resumed_after={f.name: round(min((r.at for r in runs if r.at >= f.ended),
+                                         default=last) - f.ended, 2)
+                       for f in rig.faults if f.ended > f.started},
         faults=list(rig.faults))

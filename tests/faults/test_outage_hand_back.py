@@ -1,0 +1,54 @@
+"""A database outage longer than the task's budget hands messages back without
+spending their deliveries: none is dead-lettered, however often it comes round."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from routing.queues import queue_depth
+from scheduler.engine import make_engine
+from scheduler.migrate import upgrade
+from scheduler.store import DueStore, close_stores
+from tasks.processes import wait_for
+from tests.support.private_postgres import private_postgres
+from tests.support.scheduler_support import (
+    RunLog,
+    recurring_jobs,
+    wait_until_empty,
+    worker_env,
+)
+
+BUDGET = 1.0
+#: Many budgets long: rejecting with requeue would have passed the delivery limit (4).
+OUTAGE = 8.0
+
+
+def test_an_outage_longer_than_the_budget_dead_letters_nothing(
+        broker: Any, start_worker: Any, start_scheduler: Any) -> None:
+    with private_postgres() as pg:
+        engine = make_engine(pg.url)
+        upgrade(engine)
+        engine.dispose()
+        env = worker_env(pg.url, RECUR_OUTAGE_BUDGET=str(BUDGET))
+        start_worker("short", concurrency=2, env=env)
+        store = DueStore.open(pg.url)
+        now = datetime.now(UTC)
+        jobs = recurring_jobs(20, now - timedelta(seconds=1), every=0.5, runs=4,
+                              buckets=("short",))
+        store.schedule(jobs, now)
+        store.close()
+        log = RunLog()
+        start_scheduler(env)
+        wait_for(lambda: sum(log.poll().values()) >= 20, 60, "the first runs")
+        pg.stop()
+        time.sleep(OUTAGE)  # the outage itself: nothing to wait for
+        pg.start()
+        wait_for(lambda: all(log.poll()[j.job_key] >= 4 for j in jobs), 90,
+                 "every job to run all its runs after the outage")
+        store = DueStore.open(pg.url)
+        wait_until_empty(store, 60)
+        store.close()
+        close_stores()
+    assert queue_depth(broker, "short.dead") == 0
