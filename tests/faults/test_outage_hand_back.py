@@ -21,8 +21,12 @@ from tests.support.scheduler_support import (
 )
 
 BUDGET = 1.0
-#: Many budgets long: rejecting with requeue would have passed the delivery limit (4).
-OUTAGE = 8.0
+#: Many budgets long: with few jobs each comes round every second or two, so rejecting
+#: with requeue would pass the delivery limit (4) several times over.
+OUTAGE = 10.0
+JOBS = 4
+#: Runs of each job: the jobs are still going when the outage comes.
+RUNS = 12
 
 
 def test_an_outage_longer_than_the_budget_dead_letters_nothing(
@@ -31,21 +35,23 @@ def test_an_outage_longer_than_the_budget_dead_letters_nothing(
         engine = make_engine(pg.url)
         upgrade(engine)
         engine.dispose()
-        env = worker_env(pg.url, RECUR_OUTAGE_BUDGET=str(BUDGET))
+        # Runs take 1 s (0.05 s x 20), so messages are in hand when the database stops.
+        env = worker_env(pg.url, RECUR_OUTAGE_BUDGET=str(BUDGET), RECUR_WORK_SCALE="20")
         start_worker("short", concurrency=2, env=env)
         store = DueStore.open(pg.url)
         now = datetime.now(UTC)
-        jobs = recurring_jobs(20, now - timedelta(seconds=1), every=0.5, runs=4,
+        jobs = recurring_jobs(JOBS, now - timedelta(seconds=1), every=0.5, runs=RUNS,
                               buckets=("short",))
         store.schedule(jobs, now)
         store.close()
         log = RunLog()
         start_scheduler(env)
-        wait_for(lambda: sum(log.poll().values()) >= 20, 60, "the first runs")
+        wait_for(lambda: sum(log.poll().values()) >= 2 * JOBS, 60, "the first runs")
         pg.stop()
         time.sleep(OUTAGE)  # the outage itself: nothing to wait for
         pg.start()
-        wait_for(lambda: all(log.poll()[j.job_key] >= 4 for j in jobs), 90,
+        assert min(log.poll()[j.job_key] for j in jobs) < RUNS  # the outage hit live jobs
+        wait_for(lambda: all(log.poll()[j.job_key] >= RUNS for j in jobs), 90,
                  "every job to run all its runs after the outage")
         store = DueStore.open(pg.url)
         wait_until_empty(store, 60)
