@@ -19,6 +19,8 @@ MESSAGES = 1200
 EVERY = 6.0
 RUNS = 6
 OUTAGE = 6.0
+#: RabbitMQ takes seconds to stop and start its application: down about as long.
+RABBIT_DOWN = 2.0
 CONCURRENCY = 3
 
 
@@ -47,7 +49,7 @@ def test_outages_and_kills_lose_nothing_dead_letter_nothing_and_cost_seconds(
         settle_after(rig)
         rig.kill("scheduler", rig.schedulers[0])
         rig.start_scheduler()
-        rig.outage("rabbitmq", rig.rabbit.stop, rig.rabbit.start, OUTAGE)
+        rig.outage("rabbitmq", rig.rabbit.stop, rig.rabbit.start, RABBIT_DOWN)
         settle_after(rig)
         rig.kill("worker medium", rig.workers["medium"])
         rig.start_worker("medium", CONCURRENCY)
