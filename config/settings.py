@@ -169,8 +169,9 @@ class Settings:
                       "in it; also the idle pull-forward trigger."))
     high_watermark: int = field(
         default=3000,
-        metadata=_doc("Scheduler never fills a bucket queue beyond this many ready messages, "
-                      "so RabbitMQ holds thousands, not the population."))
+        metadata=_doc("Schedulers never fill a bucket queue beyond this many ready messages "
+                      "(plus at most one batch, however many schedulers run), so RabbitMQ "
+                      "holds thousands, not the population."))
     drain_batch: int = field(
         default=1000,
         metadata=_doc("Rows claimed, published and confirmed together; large enough to "
