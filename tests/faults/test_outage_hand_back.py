@@ -26,7 +26,7 @@ BUDGET = 1.0
 OUTAGE = 10.0
 JOBS = 4
 #: Runs of each job: the jobs are still going when the outage comes.
-RUNS = 12
+RUNS = 8
 
 
 def test_an_outage_longer_than_the_budget_dead_letters_nothing(
