@@ -1,10 +1,11 @@
-"""Private Redis and RabbitMQ servers on free ports, for tests that stop them.
+"""A private RabbitMQ node on free ports, for tests that stop the broker.
 
-The machine's shared servers are never stopped (other engineers' test runs use
-them at the same time): a test that needs an outage runs its own server with
-its own data directory, and for RabbitMQ its own node name (with a uuid), node
-and distribution ports, config file and empty plugin list. Both are stopped
-and their directories removed at the end. PostgreSQL: tests.support.private_postgres.
+The machine's shared broker is never stopped (other engineers' test runs use
+it at the same time): a test that needs an outage runs its own node with its
+own node name (with a uuid), node and distribution ports, data and log
+directories, config file and empty plugin list; it is stopped and its
+directory removed at the end. PostgreSQL: tests.support.private_postgres;
+Redis: tests.support.private_redis.
 """
 
 from __future__ import annotations
@@ -21,43 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.processes import Child, spawn, wait_for
+from tests.support.private_redis import PrivateRedis
 from tests.support.services import free_port, port_open
-
-
-@dataclass
-class PrivateRedis:
-    """``redis-server`` on a free port, no persistence; ``stop``/``start`` make an outage."""
-
-    root: Path
-    port: int = field(default_factory=free_port)
-    child: Child | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        self.child = spawn(f"redis-{self.port}", [
-            "redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-            str(self.root), "--save", "", "--appendonly", "no"], self.root)
-        wait_for(lambda: port_open(self.port), 30, f"private Redis on port {self.port}")
-
-    def stop(self) -> None:
-        if self.child is not None:
-            self.child.stop()
-            self.child = None
-
-
-@contextmanager
-def private_redis() -> Iterator[PrivateRedis]:
-    root = Path(tempfile.mkdtemp(prefix="recur-redis-"))
-    server = PrivateRedis(root)
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclass
@@ -123,6 +89,19 @@ class PrivateRabbit:
             self.ctl("stop")
         if self.child is not None:
             self.child.stop()
+
+
+@contextmanager
+def private_redis() -> Iterator[PrivateRedis]:
+    """A started private Redis; stopped and its directory removed afterwards."""
+    root = Path(tempfile.mkdtemp(prefix="recur-redis-"))
+    server = PrivateRedis(root)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 @contextmanager
