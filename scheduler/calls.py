@@ -19,7 +19,7 @@ from typing import Any
 from celery.exceptions import Ignore, Reject, Retry
 
 from config.buckets import BUCKETS_BY_QUEUE
-from config.errors import InvalidSchedule, StoreError
+from config.errors import InvalidSchedule, PermanentFailure, StoreError
 from config.settings import Settings
 from routing.messages import validate_message
 from scheduler.callargs import encode_call, message_of
@@ -268,7 +268,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     last_chance(request, dispatch, store, cfg)
     try:
         result = run()
-    except NOT_A_FAILED_RUN:
+    except (*NOT_A_FAILED_RUN, PermanentFailure):  # running again soon would not help
         raise
     except Exception:
         retry_soon(dispatch, store)
