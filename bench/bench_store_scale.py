@@ -12,6 +12,8 @@ methods (the scheduler's and the workers' statements; no broker):
 * reschedule: the worker's token-checked reschedule of one job, ms per job
   (one thread, so one round trip each);
 * status: ``DueStore.stats`` (what ``recur status`` reads), seconds;
+* drain (first): the scheduler's own dispatch (its lanes, batches and
+  publisher confirms) of 10,000 due rows into RabbitMQ, rows/s;
 * storage: table and index bytes, per job.
 
 Then, at the largest size, the recurring cycle for ``--cycle-seconds``:
@@ -95,6 +97,31 @@ def costs(store: Any) -> dict[str, Any]:
     t0 = time.perf_counter()
     store.stats(datetime.now(UTC))
     status = time.perf_counter() - t0
+    return cost_figures(claims, claimed, reschedules, status)
+
+
+def drain_rate(store: Any, rows: int = 10_000) -> int:
+    """The scheduler's dispatch of ``rows`` due rows into the bench vhost's queue."""
+    from bench.bench_scheduler import purge
+    from config.buckets import BUCKETS_BY_NAME
+    from config.settings import settings
+    from routing.queues import TASK_EXCHANGE
+    from scheduler.drain import Scheduler
+    from scheduler.publisher import ConfirmingPublisher
+
+    publisher = ConfirmingPublisher(benv.BROKER_URL, TASK_EXCHANGE.name)
+    publisher.connect()
+    scheduler = Scheduler(store, publisher, settings())
+    t0 = time.perf_counter()
+    total = scheduler.dispatch(BUCKETS_BY_NAME["short"], rows, datetime.now(UTC), early=False)
+    seconds = time.perf_counter() - t0
+    scheduler.close_publishers()
+    purge()
+    return round(total / seconds)
+
+
+def cost_figures(claims: list[float], claimed: list[Any], reschedules: list[float],
+                 status: float) -> dict[str, Any]:
     return {"claim_ms_per_1000": round(statistics.median(claims), 1),
             "claim_ms_per_1000_max": round(max(claims), 1),
             "claimed_rows": len(claimed),
@@ -164,8 +191,9 @@ def main() -> None:
         for size in sizes:
             seeded = seed(loaded, size)
             loaded = size
+            drain = drain_rate(store)
             steps.append({"waiting_jobs": size, "seed_seconds": round(seeded, 1),
-                          **costs(store), "storage": storage()})
+                          "drain_rows_per_s": drain, **costs(store), "storage": storage()})
             print(steps[-1], flush=True)
         cycled = cycle(store, args.cycle_seconds, args.cycle_threads) \
             if args.cycle_seconds else None
