@@ -1,14 +1,13 @@
 """recur's configuration: settings from the environment and the bucket table."""
 
-from config.buckets import BUCKETS, BUCKETS_BY_NAME, BUCKETS_BY_QUEUE, Bucket
+from config.buckets import Bucket, BucketTable, bucket_table
 from config.settings import Settings, load_settings, settings
 
 __all__ = [
-    "BUCKETS",
-    "BUCKETS_BY_NAME",
-    "BUCKETS_BY_QUEUE",
     "Bucket",
+    "BucketTable",
     "Settings",
+    "bucket_table",
     "load_settings",
     "settings",
 ]

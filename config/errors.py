@@ -106,3 +106,11 @@ class UnknownJob(InvalidArgument):
 
 class JobInFlight(InvalidArgument):
     """The job is dispatched (a copy is queued or running); nothing was changed."""
+
+
+class BucketsFileError(ConfigError):
+    """The buckets file (RECUR_BUCKETS_FILE) is invalid; nothing was started."""
+
+
+class TaskModuleError(ConfigError):
+    """A task module named in RECUR_IMPORTS cannot be imported."""

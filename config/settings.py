@@ -15,8 +15,9 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any
 
-from config.buckets import BUCKETS_BY_NAME, DEFAULT_KINDS
-from config.errors import ConfigError
+from config.bucketfile import load_table
+from config.buckets import BUILTIN, DEFAULT_KINDS, BucketTable
+from config.errors import BucketsFileError, ConfigError
 
 PREFIX = "RECUR_"
 
@@ -65,10 +66,18 @@ class Settings:
         default=100_000,
         metadata=_doc("Entries kept in the Redis stream of completed tasks (bounded so "
                       "it never grows with the population); 0 turns it off."))
+    buckets_file: str = field(
+        default="",
+        metadata=_doc("TOML file with your own bucket table and kinds (docs/tasks.md); "
+                      "empty means the built-in table of config/buckets.py."))
+    imports: tuple[str, ...] = field(
+        default=(),
+        metadata=_doc("Your task modules, 'myapp.tasks,myapp.more': imported by every "
+                      "recur process and by celery -A tasks, so your tasks are registered."))
     kinds: Mapping[str, str] = field(
         default_factory=lambda: DEFAULT_KINDS,
         metadata=_doc("Extra message kinds as 'kind:bucket,kind:bucket'; they add to "
-                      "or override the defaults in config/buckets.py."))
+                      "or override the bucket table's kinds."))
     flower_user: str = field(
         default="",
         metadata=_doc("Flower basic-auth user; no default: Flower refuses to start "
@@ -97,10 +106,11 @@ class Settings:
         default=10_000,
         metadata=_doc("Messages per destination accepted but not yet sent; intake refuses "
                       "more, so a stuck destination cannot grow Redis without bound."))
-    reseq_processor: str = field(
-        default="",
-        metadata=_doc("'module:function' that processes a destination's message; empty "
-                      "means the bucket's simulated work (like process_message)."))
+    reseq_steps: Mapping[str, str] = field(
+        default_factory=lambda: MappingProxyType({}),
+        metadata=_doc("Each destination's processing step, 'destination:task.name,...': a "
+                      "task of your modules (RECUR_IMPORTS); submit(step=...) overrides it, "
+                      "none means the bucket's simulated work (docs/resequencer.md)."))
     send_timeout: float = field(
         default=5.0,
         metadata=_doc("Seconds one outbound HTTP POST may take; a receiver slower than "
@@ -183,9 +193,10 @@ class Settings:
                       "overlaps the next one's claim and encoding (PostgreSQL; SQLite "
                       "uses 1)."))
     pull_forward: str = field(
-        default="short,medium,long",
+        default=",".join(BUILTIN.names),
         metadata=_doc("Buckets whose idle workers get the earliest future jobs early "
-                      "(comma list; empty turns pull-forward off)."))
+                      "(comma list; empty turns pull-forward off; unset: every bucket "
+                      "of the table)."))
     pull_forward_fraction: float = field(
         default=0.5,
         metadata=_doc("Pull-forward floor: a job is never pulled forward sooner than this "
@@ -218,22 +229,37 @@ class Settings:
                       "forward, recovered, lag); per-pass lines are DEBUG."))
 
     @property
+    def buckets(self) -> BucketTable:
+        """The bucket table in use (RECUR_BUCKETS_FILE, else the built-in one)."""
+        return load_table(self.buckets_file)
+
+    @property
     def results_url(self) -> str:
         """The Celery result backend URL actually used."""
         return self.result_backend or self.redis_url
 
 
-def _parse_kinds(raw: str) -> Mapping[str, str]:
-    kinds = dict(DEFAULT_KINDS)
+def _parse_kinds(raw: str, table: BucketTable) -> Mapping[str, str]:
+    kinds = dict(table.kinds)
     for item in filter(None, (part.strip() for part in raw.split(","))):
         kind, sep, bucket = item.partition(":")
         if not sep or not kind.strip() or not bucket.strip():
             raise ValueError(f"{item!r} is not 'kind:bucket'")
-        if bucket.strip() not in BUCKETS_BY_NAME:
+        if bucket.strip() not in table.names:
             raise ValueError(f"kind {kind.strip()!r} maps to unknown bucket {bucket.strip()!r}"
-                             f" (buckets: {', '.join(BUCKETS_BY_NAME)})")
+                             f" (buckets: {', '.join(table.names)})")
         kinds[kind.strip()] = bucket.strip()
     return MappingProxyType(kinds)
+
+
+def _parse_steps(raw: str) -> Mapping[str, str]:
+    steps = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        destination, sep, task = (text.strip() for text in item.partition(":"))
+        if not sep or not destination or not task:
+            raise ValueError(f"{item!r} is not 'destination:task.name'")
+        steps[destination] = task
+    return MappingProxyType(steps)
 
 
 def _parse_destinations(raw: str) -> Mapping[str, str]:
@@ -246,11 +272,23 @@ def _parse_destinations(raw: str) -> Mapping[str, str]:
     return MappingProxyType(destinations)
 
 
-def _parse(name: str, kind: Any, raw: str) -> Any:
+def _parse_imports(raw: str) -> tuple[str, ...]:
+    names = tuple(filter(None, (part.strip() for part in raw.split(","))))
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"{name!r} is not a module name like 'myapp.tasks'")
+    return names
+
+
+def _parse(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
     if name == "kinds":
-        return _parse_kinds(raw)
+        return _parse_kinds(raw, table)
+    if name == "imports":
+        return _parse_imports(raw)
     if name == "destinations":
         return _parse_destinations(raw)
+    if name == "reseq_steps":
+        return _parse_steps(raw)
     if kind in (int, "int"):
         return int(raw)
     if kind in (float, "float"):
@@ -272,20 +310,25 @@ AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})
 CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
 
 
-def _check(values: dict[str, Any]) -> None:
+#: Settings that are gone, and what replaces them.
+REMOVED = {
+    "reseq_processor": "removed: register the processing step as a task in your modules "
+                       "(RECUR_IMPORTS) and name it per destination in RECUR_RESEQ_STEPS "
+                       "or per call with submit(..., step=...) (docs/resequencer.md)",
+}
+
+
+def _check(values: dict[str, Any], table: BucketTable) -> None:
     """Refuse a value out of its bounds (one setting at a time, as it is read)."""
     for name, value in values.items():
         _check_bounds(name, value)
     if values.get("metrics_port", 0) > 65535:
         raise ValueError("metrics_port must be a TCP port (0 turns metrics off)")
     _check_database_url(values.get("database_url", "sqlite://"))
-    module, _, function = values.get("reseq_processor", "").partition(":")
-    if (module or function) and not (module.strip() and function.strip()):
-        raise ValueError("reseq_processor must be 'module:function'")
     for name in filter(None, values.get("pull_forward", "").split(",")):
-        if name.strip() not in BUCKETS_BY_NAME:
+        if name.strip() not in table.names:
             raise ValueError(f"pull_forward names unknown bucket {name.strip()!r} "
-                             f"(buckets: {', '.join(BUCKETS_BY_NAME)})")
+                             f"(buckets: {', '.join(table.names)})")
 
 
 def _check_bounds(name: str, value: Any) -> None:
@@ -316,25 +359,38 @@ def problems(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], 
     """Parse every ``RECUR_`` variable: (values that parsed, one line per bad variable).
 
     All of them at once, so ``recur settings`` can list every mistake in one go.
+    The bucket table comes first (RECUR_BUCKETS_FILE): kinds and pull-forward
+    are checked against it, and they default to its own.
     """
     env = os.environ if environ is None else environ
     known = {f.name: f for f in fields(Settings)}
-    values: dict[str, Any] = {}
     bad: list[str] = []
+    try:
+        table = load_table(env.get(PREFIX + "BUCKETS_FILE", ""))
+    except BucketsFileError as exc:
+        bad.append(str(exc))
+        table = BUILTIN
+    values: dict[str, Any] = {"kinds": table.kinds, "pull_forward": ",".join(table.names)}
     for var, raw in sorted(env.items()):
         if not var.startswith(PREFIX):
             continue
         name = var[len(PREFIX):].lower()
-        if name not in known:
+        if name in REMOVED:
+            bad.append(f"{var}: {REMOVED[name]}")
+        elif name not in known:
             bad.append(f"{var}: unknown setting (see `recur settings` for the known ones)")
-            continue
-        try:
-            value = _parse(name, known[name].type, raw)
-            _check({name: value})
-        except ValueError as exc:
-            bad.append(f"{var}={_masked(raw)!r}: {_plain(exc)}")
-            continue
-        values[name] = value
+        else:
+            try:
+                value = _parse(name, known[name].type, raw, table)
+                _check({name: value}, table)
+            except ValueError as exc:
+                bad.append(f"{var}={_masked(raw)!r}: {_plain(exc)}")
+                continue
+            values[name] = value
+    unknown = set(values.get("reseq_steps", {})) - set(values.get("destinations", {}))
+    if unknown:
+        bad.append(f"RECUR_RESEQ_STEPS names destination(s) not in RECUR_DESTINATIONS: "
+                   f"{', '.join(sorted(unknown))}")
     return values, bad
 
 
@@ -375,7 +431,9 @@ def describe() -> list[tuple[str, str, str]]:
     rows = []
     for f in fields(Settings):
         default = f.default_factory() if callable(f.default_factory) else f.default
-        shown = ",".join(f"{k}:{v}" for k, v in default.items()) if isinstance(
-            default, Mapping) else str(default)
+        if isinstance(default, Mapping):
+            shown = ",".join(f"{k}:{v}" for k, v in default.items())
+        else:
+            shown = ",".join(default) if isinstance(default, tuple) else str(default)
         rows.append((PREFIX + f.name.upper(), shown, f.metadata["doc"]))
     return rows

@@ -45,19 +45,34 @@ def check_destination(destination: Any, cfg: Settings) -> str:
     return destination
 
 
-def submit(destination: str, message: Any, cfg: Settings | None = None) -> Accepted:
-    """Take one message for ``destination``; it is sent after every earlier one."""
-    return submit_batch(destination, [message], cfg)[0]
+def step_name(step: Any) -> str | None:
+    """A step given as a task or a task name, as the name (None: the destination's)."""
+    name = getattr(step, "name", step)
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise InvalidMessage("step", f"must be a task or a task name, got {step!r:.60}")
+    return name
+
+
+def submit(destination: str, message: Any, cfg: Settings | None = None,
+           step: Any = None) -> Accepted:
+    """Take one message for ``destination``; it is sent after every earlier one.
+
+    ``step`` (a task or its name) processes it; None: the destination's step in
+    RECUR_RESEQ_STEPS, else the bucket's simulated work.
+    """
+    return submit_batch(destination, [message], cfg, step)[0]
 
 
 def submit_batch(destination: str, messages: Sequence[Any],
-                 cfg: Settings | None = None) -> list[Accepted]:
+                 cfg: Settings | None = None, step: Any = None) -> list[Accepted]:
     """Take several messages, numbered in list order; one chord processes them."""
     from tasks.redis_conn import get_redis
     from tasks.resequence import resequence_batch, resequence_process
 
     cfg = cfg or settings()
     check_destination(destination, cfg)
+    name = step_name(step)
+    options = {"step": name} if name else {}
     if not messages:
         raise InvalidMessage("messages", "empty batch")
     ids = [validate_message(m, cfg)["id"] for m in messages]
@@ -65,10 +80,11 @@ def submit_batch(destination: str, messages: Sequence[Any],
     accepted = [Accepted(destination, first + i, ident) for i, ident in enumerate(ids)]
     try:
         if len(messages) == 1:
-            resequence_process.apply_async((messages[0], destination, first),
+            resequence_process.apply_async((messages[0], destination, first), options,
                                            ignore_result=True)
         else:
-            header = [resequence_process.s(m, destination, a.seq).set(task_id=uuid())
+            header = [resequence_process.s(m, destination, a.seq, **options).set(
+                task_id=uuid())
                       for m, a in zip(messages, accepted, strict=True)]
             chord(header)(resequence_batch.s(destination, [sig.id for sig in header]))
     except (OSError, KombuError) as exc:

@@ -16,7 +16,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from config.buckets import BUCKETS_BY_NAME
 from config.errors import InvalidMessage, UnknownBucket
 from config.settings import Settings, settings
 
@@ -61,9 +60,9 @@ def resolve_bucket(message: Mapping[str, Any], cfg: Settings) -> str:
     if bucket is not None and kind is not None:
         raise InvalidMessage("bucket", "give either 'bucket' or 'kind', not both")
     if bucket is not None:
-        if bucket not in BUCKETS_BY_NAME:
+        if bucket not in cfg.buckets.by_name:
             raise UnknownBucket("bucket", f"unknown bucket {bucket!r} "
-                                f"(known: {', '.join(BUCKETS_BY_NAME)})")
+                                f"(known: {', '.join(cfg.buckets.names)})")
         return str(bucket)
     if kind is not None:
         if not isinstance(kind, str) or kind not in cfg.kinds:

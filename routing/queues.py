@@ -17,7 +17,7 @@ from typing import Any
 from amqp.exceptions import NotFound
 from kombu import Connection, Exchange, Queue
 
-from config.buckets import BUCKETS, Bucket
+from config.buckets import Bucket, bucket_table
 from config.errors import BrokerUnavailable
 from config.settings import Settings
 
@@ -61,14 +61,14 @@ OUTBOUND = Bucket("outbound", "outbound", soft_time_limit=300, time_limit=360, p
 
 def work_queues(cfg: Settings) -> list[Queue]:
     """Every bucket's work queue, in bucket-table order, then the outbound queue."""
-    return [work_queue(b, cfg) for b in (*BUCKETS, OUTBOUND)]
+    return [work_queue(b, cfg) for b in (*cfg.buckets.buckets, OUTBOUND)]
 
 
 def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
     """Declare exchanges and every work and dead-letter queue; return the queue names."""
     names = []
     with connection.channel() as channel:
-        for bucket in (*BUCKETS, OUTBOUND):
+        for bucket in (*cfg.buckets.buckets, OUTBOUND):
             for queue in (work_queue(bucket, cfg), dead_queue(bucket, cfg)):
                 queue.bind(channel).declare()
                 names.append(queue.name)
@@ -93,7 +93,7 @@ class QueueStats:
 
 def all_queue_names() -> list[str]:
     """Every work and dead-letter queue recur declares, in bucket-table order."""
-    return [name for b in (*BUCKETS, OUTBOUND) for name in (b.queue, b.dead_queue)]
+    return [name for b in (*bucket_table().buckets, OUTBOUND) for name in (b.queue, b.dead_queue)]
 
 
 def inspect_queues(broker_url: str, names: list[str]) -> dict[str, QueueStats | None]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import current_app
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets import bucket_table
 from config.errors import InvalidMessage
 from routing.messages import validate_message
 
@@ -22,7 +22,7 @@ ROUTES_BY_MESSAGE = "routes_by_message"
 
 def queue_for_message(message: Any) -> str:
     """The queue a message's task is published to (pure; validates the message)."""
-    return BUCKETS_BY_NAME[validate_message(message)["bucket"]].queue
+    return bucket_table().get(validate_message(message)["bucket"]).queue
 
 
 def route_task(name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,

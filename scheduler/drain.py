@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import FrameType
 
-from config.buckets import BUCKETS, Bucket
+from config.buckets import Bucket
 from config.errors import ConfigError, ServiceUnavailable
 from config.settings import Settings
 from scheduler.calls import utcnow
@@ -130,7 +130,7 @@ class Scheduler:
         """Per bucket, seconds the oldest due job has waited (0: nothing due)."""
         now = utcnow()
         try:
-            heads = self.store.heads([b.name for b in BUCKETS], now, due_cap=1)
+            heads = self.store.heads([b.name for b in self.cfg.buckets.buckets], now, due_cap=1)
         except ServiceUnavailable:
             return {}  # the next pass reports the outage
         return {b: max(0.0, (now - h.oldest_scheduled_at).total_seconds())
@@ -169,7 +169,7 @@ class Scheduler:
         if fired:
             log.info("periodic entries fired: %s", ", ".join(fired))
         paused = self.read_paused()
-        for bucket in BUCKETS:
+        for bucket in self.cfg.buckets.buckets:
             if self.stopping.is_set():
                 break
             if bucket.name not in paused:

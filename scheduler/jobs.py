@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets import bucket_table
 from config.errors import InvalidArgument, JobInFlight, UnknownJob
 from scheduler.store import DueStore
 from scheduler.store_control import STATES, JobControl, JobFilter, JobRow, Page, decode_cursor
@@ -78,8 +78,9 @@ def parse_time(text: str) -> datetime:
 
 
 def check_bucket(name: str) -> str:
-    if name not in BUCKETS_BY_NAME:
-        raise InvalidArgument(f"unknown bucket {name!r} (known: {', '.join(BUCKETS_BY_NAME)})")
+    table = bucket_table()
+    if name not in table.by_name:
+        raise InvalidArgument(f"unknown bucket {name!r} (known: {', '.join(table.names)})")
     return name
 
 

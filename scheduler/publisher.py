@@ -22,7 +22,7 @@ from typing import Any
 import amqp
 from kombu import Connection
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets import bucket_table
 from config.errors import BrokerUnavailable
 from routing.queues import DEAD_EXCHANGE
 from scheduler import frames
@@ -146,12 +146,12 @@ class ConfirmingPublisher:
 
     def publish(self, rows: list[Claimed]) -> None:
         """Publish ``rows`` to their bucket queues; return once the broker confirmed all."""
-        self._publish_all([(self.exchange, BUCKETS_BY_NAME[row.bucket].queue,
+        self._publish_all([(self.exchange, bucket_table().get(row.bucket).queue,
                             task_message(row)) for row in rows])
 
     def publish_dead(self, rows: list[Claimed]) -> None:
         """Put poison jobs on their buckets' dead-letter queues; return once confirmed."""
-        self._publish_all([(DEAD_EXCHANGE.name, BUCKETS_BY_NAME[row.bucket].dead_queue,
+        self._publish_all([(DEAD_EXCHANGE.name, bucket_table().get(row.bucket).dead_queue,
                             dead_message(row)) for row in rows])
 
     def _publish_all(self, messages: list[tuple[str, str, TaskMessage]]) -> None:

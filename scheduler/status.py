@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
-from config.buckets import BUCKETS
+from config.buckets import bucket_table
 from scheduler.store import BucketStats, DueStore
 
 
@@ -44,7 +44,8 @@ def bucket_status(stats: BucketStats | None, bucket: str, now: datetime,
 def collect(store: DueStore, depths: dict[str, int | None], now: datetime) -> list[BucketStatus]:
     """Status of every bucket of the bucket table."""
     stats = store.stats(now)
-    return [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue)) for b in BUCKETS]
+    return [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue))
+            for b in bucket_table().buckets]
 
 
 def as_json(rows: list[BucketStatus]) -> str:

@@ -15,6 +15,7 @@ Driver errors come out as :class:`StoreUnavailable` or :class:`StoreError`.
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import weakref
 from collections import Counter
@@ -152,7 +153,18 @@ MARK_DISPATCHED = update(due_jobs).where(
 
 
 class RawStatements:
-    """Statements compiled once for PostgreSQL, run on one psycopg connection per thread."""
+    """Statements compiled once for PostgreSQL, run on a small pool of psycopg connections.
+
+    A thread takes a connection for one statement (or one transaction) and gives
+    it back: a threads-pool worker runs hundreds of tasks at once, and a
+    connection per thread would exhaust PostgreSQL's max_connections (100 by
+    default); a few connections carry them all (each statement is one round trip).
+    """
+
+    #: Connections one store opens at most; threads beyond wait for a free one.
+    MAX_CONNECTIONS = 8
+    #: Seconds a thread waits for a free connection before the store counts as down.
+    CHECKOUT_TIMEOUT = 30.0
 
     def __init__(self, engine: Engine, url: str) -> None:
         self.url = url
@@ -160,7 +172,7 @@ class RawStatements:
         self._connect = (tuple(cargs), dict(cparams))
         self._dialect = engine.dialect
         self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
-        self._local = threading.local()
+        self._free: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
         # A store dropped without close() still closes its connections.
@@ -172,54 +184,87 @@ class RawStatements:
             self._compiled[id(stmt)] = (str(compiled), dict(compiled.params))
         return self._compiled[id(stmt)]
 
-    def _conn(self) -> psycopg.Connection[Any]:
-        conn: psycopg.Connection[Any] | None = getattr(self._local, "conn", None)
-        if conn is None or conn.closed:
-            cargs, cparams = self._connect
-            conn = psycopg.connect(*cargs, **cparams, autocommit=True)
-            conn.execute("SET synchronous_commit TO off")
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+    def _open(self) -> psycopg.Connection[Any]:
+        cargs, cparams = self._connect
+        conn = psycopg.connect(*cargs, **cparams, autocommit=True)
+        conn.execute("SET synchronous_commit TO off")
         return conn
 
-    def execute(self, what: str, stmt: Statement, params: dict[str, Any]) -> tuple[Any, int]:
-        sql, defaults = self._sql(stmt)
+    def _checkout(self, what: str) -> psycopg.Connection[Any]:
+        """A free connection, a new one while fewer than MAX_CONNECTIONS are open, or
+        the next one given back."""
         try:
-            cur = self._conn().execute(sql, {**defaults, **params})
-            return (cur.fetchone() if cur.description else None), cur.rowcount
+            conn = self._free.get_nowait()
+        except queue.Empty:
+            with self._lock:
+                grow = len(self._all) < self.MAX_CONNECTIONS
+                if grow:
+                    conn = self._open()  # OperationalError: the caller wraps it
+                    self._all.append(conn)
+            if not grow:
+                try:
+                    conn = self._free.get(timeout=self.CHECKOUT_TIMEOUT)
+                except queue.Empty:
+                    raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: no "
+                                           f"free connection in {self.CHECKOUT_TIMEOUT:g}s"
+                                           ) from None
+        if conn.closed:
+            self._discard(conn)
+            return self._checkout(what)
+        return conn
+
+    def _discard(self, conn: psycopg.Connection[Any]) -> None:
+        """Drop a broken connection (a new one is opened when needed)."""
+        with self._lock:
+            if conn in self._all:
+                self._all.remove(conn)
+        conn.close()
+
+    @contextmanager
+    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for one statement or transaction; psycopg errors become ours."""
+        conn = None
+        try:
+            conn = self._checkout(what)
+            yield conn
         except psycopg.OperationalError as exc:
-            self._local.conn = None
+            if conn is not None:
+                self._discard(conn)
+                conn = None
             raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: {exc}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"due-jobs store {self.url}: {what} failed: {exc}") from exc
+        finally:
+            if conn is not None:
+                self._free.put(conn)
+
+    def execute(self, what: str, stmt: Statement, params: dict[str, Any]) -> tuple[Any, int]:
+        sql, defaults = self._sql(stmt)
+        with self._connection(what) as conn:
+            cur = conn.execute(sql, {**defaults, **params})
+            return (cur.fetchone() if cur.description else None), cur.rowcount
 
     @contextmanager
     def transaction(self, what: str) -> Iterator[Callable[[Statement, dict[str, Any]],
                                                          list[tuple[Any, ...]]]]:
-        """A durable transaction on this thread's connection: yields ``run(stmt, params)``
+        """A durable transaction on one connection: yields ``run(stmt, params)``
         returning the rows (the per-job statements' ``synchronous_commit off`` is
         switched back on for it)."""
-        conn = self._conn()
+        with self._connection(what) as conn:
+            def run(stmt: Statement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+                sql, defaults = self._sql(stmt)
+                cur = conn.execute(sql, {**defaults, **params})
+                return cur.fetchall() if cur.description else []
 
-        def run(stmt: Statement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
-            sql, defaults = self._sql(stmt)
-            cur = conn.execute(sql, {**defaults, **params})
-            return cur.fetchall() if cur.description else []
-
-        try:
             with conn.transaction():
                 conn.execute("SET LOCAL synchronous_commit TO on")
                 yield run
-        except psycopg.OperationalError as exc:
-            self._local.conn = None
-            raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: {exc}") from exc
-        except psycopg.Error as exc:
-            raise StoreError(f"due-jobs store {self.url}: {what} failed: {exc}") from exc
 
     def close(self) -> None:
         with self._lock:
             _close_all(self._all)
+        while not self._free.empty():
+            self._free.get_nowait()
 
 
 def _close_all(connections: list[psycopg.Connection[Any]]) -> None:

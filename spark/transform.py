@@ -19,7 +19,6 @@ from datetime import datetime
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from config.buckets import BUCKETS_BY_NAME
 from config.settings import Settings
 from routing.messages import MAX_ID_LENGTH
 
@@ -43,7 +42,7 @@ class Rules:
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> Rules:
-        return cls(tuple(BUCKETS_BY_NAME), dict(cfg.kinds), cfg.max_payload_bytes)
+        return cls(cfg.buckets.names, dict(cfg.kinds), cfg.max_payload_bytes)
 
 
 Check = tuple[Column, Column]

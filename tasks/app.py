@@ -62,6 +62,8 @@ def celery_config(cfg: Settings) -> dict[str, Any]:
         "task_track_started": False,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_consumer": "tasks.consumer:DeadLetteringConsumer",
+        # Your task modules (RECUR_IMPORTS): every `celery -A tasks` command imports them.
+        "imports": cfg.imports,
         "enable_utc": True,
         "timezone": "UTC",
     }

@@ -13,6 +13,7 @@ from config.settings import settings
 from routing.messages import Message, validate_message
 from routing.recurrence import check_call
 from scheduler.calls import DISPATCH_HEADER, Dispatch, dispatch_of, run_dispatched, store_plan
+from tasks import aio
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +71,10 @@ class MessageTask(Task):  # type: ignore[misc]
         """
         dispatch = dispatch_of(self.request)
         if dispatch is None:
-            return super().__call__(*args, **kwargs)
+            return aio.settle(self, super().__call__(*args, **kwargs))
         try:
-            return run_dispatched(self.request, dispatch, settings(),
-                                  lambda: super(MessageTask, self).__call__(*args, **kwargs))
+            return run_dispatched(self.request, dispatch, settings(), lambda: aio.settle(
+                self, super(MessageTask, self).__call__(*args, **kwargs)))
         except StoreUnavailable as exc:
             return self.hand_back(dispatch, exc)
         except Reject as exc:
@@ -96,6 +97,12 @@ class MessageTask(Task):  # type: ignore[misc]
             log.warning("job %s: cannot hand the message back (%s); requeueing it",
                         dispatch.job_key, publish_exc)
             raise Reject(exc, requeue=True) from publish_exc
+
+    @property
+    def request(self) -> Any:
+        """Celery's request; inside an ``async def`` task, the one that delivered it."""
+        bound = aio.bound_request(self.name)
+        return bound if bound is not None else self._get_request()
 
     def message(self, raw: Any) -> Message:
         """Validate the raw first argument on the worker side."""

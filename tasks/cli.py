@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from config.buckets import BUCKETS_BY_NAME, Bucket
+from config.buckets import Bucket, bucket_table
 from config.errors import ConfigError
 from config.settings import settings
 from tasks.jobs_cli import bucket, jobs
@@ -38,6 +38,15 @@ def worker_argv(bucket: Bucket, extra: tuple[str, ...] = ()) -> list[str]:
         "--soft-time-limit", str(bucket.soft_time_limit),
         "-l", settings().log_level, *extra,
     ]
+
+
+def load_tasks() -> None:
+    """Import recur's tasks and yours (RECUR_IMPORTS): a module that cannot be imported
+    is one clear error here, before any process starts."""
+    import tasks  # noqa: F401 - registers recur's tasks
+    from tasks.imports import import_task_modules
+
+    import_task_modules(settings().imports)
 
 
 def flower_env() -> dict[str, str]:
@@ -63,9 +72,10 @@ def bucket_arg(_ctx: Any, _param: Any, value: str) -> Bucket:
 
     if value == OUTBOUND.name:  # the resequencer's sends: not a bucket, same commands
         return OUTBOUND
-    if value not in BUCKETS_BY_NAME:
-        raise click.BadParameter(f"unknown bucket {value!r} (known: {', '.join(BUCKETS_BY_NAME)})")
-    return BUCKETS_BY_NAME[value]
+    table = bucket_table()
+    if value not in table.by_name:
+        raise click.BadParameter(f"unknown bucket {value!r} (known: {', '.join(table.names)})")
+    return table.by_name[value]
 
 
 @click.group()
@@ -81,6 +91,7 @@ def cli(debug: bool) -> None:
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(bucket: Bucket, celery_args: tuple[str, ...]) -> None:
     """Run a worker for BUCKET (extra arguments go to celery worker)."""
+    load_tasks()
     argv = worker_argv(bucket, celery_args)
     os.execve(argv[0], argv, worker_env())
 
@@ -102,6 +113,7 @@ def worker_env() -> dict[str, str]:
 def flower(celery_args: tuple[str, ...]) -> None:
     """Run Flower behind basic auth (RECUR_FLOWER_USER / RECUR_FLOWER_PASSWORD)."""
     env = flower_env()
+    load_tasks()
     argv = flower_argv(celery_args)
     os.execve(argv[0], argv, env)
 
@@ -172,6 +184,7 @@ def scheduler() -> None:
     from scheduler.drain import run_scheduler
     from tasks.metrics.serve import serve_metrics
 
+    load_tasks()
     configure_logging()
     serve_metrics(settings(), what="scheduler")
     run_scheduler(settings())

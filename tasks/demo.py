@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 from celery import Celery
 
-from config.buckets import BUCKETS
+from config.buckets import bucket_table
 from config.settings import Settings, settings
 from scheduler.engine import make_engine
 from scheduler.migrate import upgrade
@@ -39,7 +39,7 @@ def start_workers(app: Celery, env: dict[str, str], log_dir: Path,
                   children: list[Child]) -> None:
     """One ``recur worker <bucket>`` per bucket, each answering ping before we go on."""
     host = socket.gethostname()
-    for bucket in BUCKETS:
+    for bucket in bucket_table().buckets:
         child = spawn(f"worker-{bucket.name}", recur_argv("worker", bucket.name), log_dir, env)
         children.append(child)
         wait_for_worker(app, child, f"{bucket.name}@{host}")
@@ -144,7 +144,7 @@ def report(messages: int, buckets: dict[str, str], runs: Counter[str], cycles: i
     """Per bucket: messages, runs, cycles per message (min/max); 0 when none was lost."""
     click.echo(f"  done in {wall:.1f}s")
     click.echo(f"  {'bucket':<8}{'messages':>9}{'runs':>7}{'min cycles':>12}{'max cycles':>12}")
-    for bucket in BUCKETS:
+    for bucket in bucket_table().buckets:
         counts = [runs[k] for k, b in buckets.items() if b == bucket.name]
         if counts:
             click.echo(f"  {bucket.name:<8}{len(counts):>9}{sum(counts):>7}{min(counts):>12}"

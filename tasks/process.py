@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets import bucket_table
 from config.settings import settings
 from routing.messages import Message
 from routing.recurrence import recurrence_of
@@ -25,7 +25,7 @@ from tasks.redis_conn import get_redis
 
 def simulated_work_seconds(bucket: str) -> float:
     """How long a message of ``bucket`` works: the bucket's time times RECUR_WORK_SCALE."""
-    return BUCKETS_BY_NAME[bucket].work_seconds * settings().work_scale
+    return bucket_table().get(bucket).work_seconds * settings().work_scale
 
 
 def next_run(msg: Message | Mapping[str, Any]) -> tuple[float, dict[str, Any]] | None:

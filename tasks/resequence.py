@@ -1,8 +1,10 @@
 """The resequencer's tasks: process a destination's message, hand results over, send.
 
 ``tasks.resequence_process`` runs on the message's bucket queue (in parallel,
-in any order) and hands its result to the resequencer state in Redis, so a
-result is kept the moment it exists. In a batch it is a chord's header task
+in any order), runs the destination's processing step (a task of the user's
+modules, named per call or per destination in RECUR_RESEQ_STEPS, sync or
+``async def``) in the same worker, and hands its result to the resequencer state
+in Redis, so a result is kept the moment it exists. In a batch it is a chord's header task
 (results stored, as chords need) and ``tasks.resequence_batch``, the chord's
 body, hands the batch's ordered results over once more (a no-op for those
 already there). ``tasks.resequence_send`` runs on the ``outbound`` queue and
@@ -11,23 +13,22 @@ sends a destination's ready messages in order.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 from celery.signals import worker_process_init
 
-from config.errors import ConfigError, RecurError
+from config.errors import ConfigError, PermanentFailure, RecurError
 from config.settings import settings
 from routing.messages import Message
 from routing.queues import OUTBOUND
 from routing.resequencer import Resequencer
 from routing.sender import run_sender
+from tasks import aio
 from tasks.app import app
 from tasks.base import MessageTask
 from tasks.process import simulated_work_seconds
@@ -35,26 +36,28 @@ from tasks.redis_conn import get_redis
 
 log = logging.getLogger(__name__)
 
-Processor = Callable[[Message], Any]
-
-
 def simulated_processing(message: Message) -> Any:
     """Default processing: the bucket's simulated work; the result is the payload."""
     time.sleep(simulated_work_seconds(message["bucket"]))
     return message["payload"]
 
 
-@cache
-def processor(spec: str) -> Processor:
-    """The function RECUR_RESEQ_PROCESSOR names ('module:function')."""
-    if not spec:
-        return simulated_processing
-    module, _, name = spec.partition(":")
-    try:
-        function: Processor = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"RECUR_RESEQ_PROCESSOR={spec!r}: cannot load it ({exc})") from exc
-    return function
+def step_task(name: str) -> Any:
+    """The registered task called ``name`` (a step must be imported: RECUR_IMPORTS)."""
+    task = app.tasks.get(name)
+    if task is None:
+        raise PermanentFailure(f"processing step {name!r} is not a registered task in this "
+                               f"worker: import its module with RECUR_IMPORTS")
+    return task
+
+
+def run_step(name: str | None, message: Message) -> Any:
+    """The message's result: its step task called here (sync or async), or the
+    simulated work when it has no step."""
+    if not name:
+        return simulated_processing(message)
+    task = step_task(name)
+    return aio.settle(task, task(message))
 
 
 @cache
@@ -66,17 +69,20 @@ def resequencer() -> Resequencer:
 @worker_process_init.connect
 def warm_up_in_background(**_: Any) -> None:
     """When a worker child starts (and destinations are configured), connect to Redis,
-    load the Lua scripts and import the processor in the background: the first
-    messages after a restart are not the slow ones, a RECUR_RESEQ_PROCESSOR that
-    cannot load is logged at start-up, and a Redis that is down delays nothing."""
+    load the Lua scripts and check the destinations' steps in the background: the
+    first messages after a restart are not the slow ones, a step that is not
+    registered is logged at start-up, and a Redis that is down delays nothing."""
     if settings().destinations:
         threading.Thread(target=warm_up, name="resequencer-warm-up", daemon=True).start()
 
 
 def warm_up() -> None:
     try:
+        for destination, name in settings().reseq_steps.items():
+            if name not in app.tasks:
+                raise ConfigError(f"RECUR_RESEQ_STEPS: destination {destination!r}: task "
+                                  f"{name!r} is not registered (import it with RECUR_IMPORTS)")
         resequencer().preload()
-        processor(settings().reseq_processor)
     except RecurError as exc:
         log.error("resequencer warm-up failed: %s (each message will try again)", exc)
 
@@ -112,10 +118,12 @@ class ResequenceProcessTask(MessageTask):
 @app.task(bind=True, base=ResequenceProcessTask, name="tasks.resequence_process",
           ignore_result=False)
 def resequence_process(self: MessageTask, message: Any, destination: str,
-                       seq: int) -> dict[str, Any]:
-    """Process one message of ``destination`` and hand its result to the resequencer."""
+                       seq: int, step: str | None = None) -> dict[str, Any]:
+    """Process one message of ``destination`` with its step and hand the result to the
+    resequencer (``step``: the intake's choice; None: the destination's, if any)."""
     msg = self.message(message)
-    entry = {"id": msg["id"], "result": processor(settings().reseq_processor)(msg)}
+    entry = {"id": msg["id"],
+             "result": run_step(step or settings().reseq_steps.get(destination), msg)}
     hand_over(resequencer(), destination, seq, entry)
     return {"seq": seq, **entry}
 

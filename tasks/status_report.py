@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from config.buckets import BUCKETS
+from config.buckets import bucket_table
 from config.entry import EXIT_ERROR, one_line
 from config.errors import RecurError
 from config.settings import Settings
@@ -46,7 +46,7 @@ def _failure(exc: Exception) -> str:
 
 
 def read_queues(cfg: Settings, report: Report) -> dict[str, QueueStats | None]:
-    names = [n for b in BUCKETS for n in (b.queue, b.dead_queue)]
+    names = [n for b in bucket_table().buckets for n in (b.queue, b.dead_queue)]
     try:
         found = inspect_queues(cfg.broker_url, names)
     except RecurError as exc:
@@ -68,8 +68,8 @@ def read_store(cfg: Settings, report: Report,
         stats = queues.get(name)
         return None if stats is None else stats.messages
 
-    depths = {b.queue: depth(b.queue) for b in BUCKETS}
-    dead = {b.name: depth(b.dead_queue) for b in BUCKETS}
+    depths = {b.queue: depth(b.queue) for b in bucket_table().buckets}
+    dead = {b.name: depth(b.dead_queue) for b in bucket_table().buckets}
     try:
         store = DueStore.open(cfg.database_url)
         try:
@@ -80,7 +80,7 @@ def read_store(cfg: Settings, report: Report,
     except Exception as exc:
         report.failures.append(_failure(exc))
         rows = [st.BucketStatus(b.name, None, None, None, None, None, None, None,
-                                depths[b.queue]) for b in BUCKETS]
+                                depths[b.queue]) for b in bucket_table().buckets]
     report.buckets = [st.with_dead_queue(r, dead.get(r.bucket)) for r in rows]
 
 

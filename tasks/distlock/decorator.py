@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 from celery.app.task import Context
 from celery.exceptions import Ignore, Retry
 
-from config.buckets import BUCKETS
+from config.buckets import bucket_table
 from config.errors import InvalidMessage, LockPassedOver, LockUnavailable, LockWaitExceeded
 from config.settings import Settings
+from tasks import aio
 from tasks.distlock import job as jobs
 from tasks.distlock.job import LockGrant, ParkedJob, Ticket
 from tasks.distlock.runtime import (
@@ -103,6 +104,8 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
     spec = LockSpec(key, ttl, when_redis_down)
 
     def decorate(fn: F) -> F:
+        fn = aio.blocking(fn)  # type: ignore[assignment]  # async def: held for its whole run
+
         @functools.wraps(fn)
         def run_locked(task: Any, *args: Any, **kwargs: Any) -> Any:
             if getattr(task.request, INLINE, False):  # run_inline holds the lock for it
@@ -246,7 +249,7 @@ def chain_seconds(cfg: Settings, request: Any) -> float:
     RECUR_LOCK_CHAIN_SECONDS, at most half the soft time limit of the bucket whose
     queue delivered it (chained jobs run inside that delivery's time limits)."""
     queue = (getattr(request, "delivery_info", None) or {}).get("routing_key")
-    half = next((b.soft_time_limit / 2 for b in BUCKETS if b.queue == queue),
+    half = next((b.soft_time_limit / 2 for b in bucket_table().buckets if b.queue == queue),
                 cfg.lock_chain_seconds)
     return min(cfg.lock_chain_seconds, half)
 

@@ -31,7 +31,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from config.buckets import BUCKETS
+from config.buckets import bucket_table
 from config.errors import RecurError
 from config.settings import Settings
 from routing.queues import QueueStats, all_queue_names, inspect_queues
@@ -139,7 +139,8 @@ class Refresher:
     def _read_heads(self, snap: Snapshot) -> None:
         from scheduler.calls import utcnow
 
-        snap.heads = self._open_store().heads([b.name for b in BUCKETS], utcnow(), DUE_CAP)
+        names = [b.name for b in bucket_table().buckets]
+        snap.heads = self._open_store().heads(names, utcnow(), DUE_CAP)
 
     def _read_totals(self, snap: Snapshot) -> None:
         from scheduler.calls import utcnow
@@ -221,7 +222,7 @@ class SystemCollector(Collector):
                                    "the dead-letter queue (lease expired too often).",
                                    labels=["bucket"])
         now = utcnow()
-        for bucket in BUCKETS:
+        for bucket in bucket_table().buckets:
             head, total = snap.heads.get(bucket.name), snap.totals.get(bucket.name)
             if total is not None or snap.totals:
                 scheduled.add_metric([bucket.name], total.scheduled if total else 0)
@@ -246,7 +247,7 @@ class SystemCollector(Collector):
         consumers = GaugeMetricFamily("recur_queue_consumers", "Consumers of the queue.",
                                       labels=["queue"])
         dead = _gauge("recur_dead_letter_messages", "Messages in the bucket's dead-letter queue.")
-        dead_of = {b.dead_queue: b.name for b in BUCKETS}
+        dead_of = {b.dead_queue: b.name for b in bucket_table().buckets}
         for name, stats in snap.queues.items():
             if stats is None:
                 continue

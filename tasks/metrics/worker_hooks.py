@@ -15,7 +15,7 @@ from typing import Any
 from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
 from prometheus_client import Counter, Histogram
 
-from config.buckets import BUCKETS_BY_QUEUE
+from config.buckets import bucket_table
 from config.settings import settings
 from tasks.distlock.job import PARKED_RESULT
 from tasks.metrics.serve import MULTIPROC_ENV, serve_metrics
@@ -32,7 +32,7 @@ WORKER_DIR_PREFIX = "recur-worker-metrics-"
 def _bucket(task: Any) -> str:
     info = getattr(task.request, "delivery_info", None) or {}
     queue = info.get("routing_key") or ""
-    bucket = BUCKETS_BY_QUEUE.get(queue)
+    bucket = bucket_table().by_queue.get(queue)
     return bucket.name if bucket is not None else (queue or "direct")
 
 

@@ -21,10 +21,11 @@ from tasks.cli import cli
 from tasks.processes import wait_for
 from tests.support.receiver import Receiver
 from tests.support.resequencer_rig import Rig, rig_environment
+from tests.support.resequencer_work import ASYNC_STEP
 
 pytestmark = pytest.mark.services
 
-DESTINATIONS = ["bulk", "a", "b", "slow", "failing", "batchfail", "gappy", "flaky", "full",
+DESTINATIONS = ["bulk", "a", "b", "async", "slow", "failing", "batchfail", "gappy", "flaky", "full",
                 "refuse"]
 GAP_TIMEOUT = 3.0
 
@@ -205,11 +206,19 @@ def test_bad_input_is_refused_at_submit_and_nothing_is_numbered(
     assert reseq.status(destination).assigned == before
 
 
-def test_a_processor_that_cannot_load_is_logged_when_the_worker_starts(
+def test_a_step_that_is_not_registered_is_logged_when_the_worker_starts(
         start_worker: Any) -> None:
     child, _ = start_worker("short", concurrency=1, env={
-        "RECUR_DESTINATIONS": "x:http://127.0.0.1:9/x",
-        "RECUR_RESEQ_PROCESSOR": "no_such_module:work"})
-    wait_for(lambda: "resequencer warm-up failed: RECUR_RESEQ_PROCESSOR='no_such_module:work'"
-             in child.log(), 30, "the warm-up error in the worker's log")
-    assert "No module named 'no_such_module'" in child.log()
+        "RECUR_DESTINATIONS": "x:http://127.0.0.1:9/x", "RECUR_RESEQ_STEPS": "x:no.such.step"})
+    wait_for(lambda: "resequencer warm-up failed: RECUR_RESEQ_STEPS: destination 'x': task "
+             "'no.such.step' is not registered" in child.log(), 30,
+             "the warm-up error in the worker's log")
+
+
+def test_a_step_given_per_call_may_be_async(rig: Rig, receiver: Receiver) -> None:
+    for i in range(20):
+        submit("async", message(1000 + i), rig.cfg, step=ASYNC_STEP)
+    wait_received(receiver, "async", 20, 60, rig)
+    results = [r.body["result"] for r in receiver.of("async")]
+    assert [r["processed"] for r in results] == [f"m{1000 + i}" for i in range(20)]
+    assert {r["thread"] for r in results} == {"recur-asyncio"}

@@ -16,6 +16,7 @@ from config.settings import Settings, load_settings
 from tasks.processes import Child
 from tests.support.fixtures import spawn_worker
 from tests.support.receiver import Receiver
+from tests.support.resequencer_work import STEP
 from tests.support.services import ROOT
 
 
@@ -24,8 +25,9 @@ def rig_environment(receiver: Receiver, destinations: list[str],
     """RECUR_* variables for the rig's workers (and its own Settings)."""
     return {
         "RECUR_DESTINATIONS": ",".join(f"{d}:{receiver.url(d)}" for d in destinations),
-        "RECUR_RESEQ_PROCESSOR": "tests.support.resequencer_work:random_work",
-        "PYTHONPATH": str(ROOT),  # the processor lives in tests/, not in the package
+        "RECUR_IMPORTS": "tests.support.resequencer_work",
+        "RECUR_RESEQ_STEPS": ",".join(f"{d}:{STEP}" for d in destinations),
+        "PYTHONPATH": str(ROOT),  # the steps live in tests/, not in the package
         **{f"RECUR_{name.upper()}": value for name, value in settings.items()},
     }
 

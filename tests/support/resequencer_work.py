@@ -1,26 +1,35 @@
-"""Processing functions for the resequencer tests (RECUR_RESEQ_PROCESSOR).
+"""Processing steps for the resequencer tests: tasks named in RECUR_RESEQ_STEPS or
+passed to submit(step=...), imported by the workers with RECUR_IMPORTS.
 
 ``random_work`` sleeps 0-50 ms (seeded by the message id, so a redelivered
 message takes as long again) and fails for good when the payload says so;
 ``{"sleep": s}`` sleeps that long instead. Every run is counted in Redis
 (``attempts``), so a crash test can see that a message really ran twice.
+``async_work`` is an ``async def`` step that says which loop thread ran it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
+import threading
 import time
 from typing import Any
 
 from config.settings import settings
 from routing.messages import Message
+from tasks.app import app
 from tasks.redis_conn import get_redis
+
+STEP = "tests.reseq_random_work"
+ASYNC_STEP = "tests.reseq_async_work"
 
 
 def attempts_key(message_id: str) -> str:
     return f"{settings().key_prefix}:test:reseq-attempts:{message_id}"
 
 
+@app.task(name=STEP)
 def random_work(message: Message) -> Any:
     get_redis().incr(attempts_key(message["id"]))
     payload = message["payload"] if isinstance(message["payload"], dict) else {}
@@ -29,3 +38,9 @@ def random_work(message: Message) -> Any:
     seconds = payload.get("sleep", random.Random(message["id"]).uniform(0, 0.05))
     time.sleep(seconds)
     return {"processed": message["id"], "payload": message["payload"]}
+
+
+@app.task(name=ASYNC_STEP)
+async def async_work(message: Message) -> Any:
+    await asyncio.sleep(random.Random(message["id"]).uniform(0, 0.05))
+    return {"processed": message["id"], "thread": threading.current_thread().name}

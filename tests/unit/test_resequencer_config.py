@@ -24,7 +24,9 @@ def test_destinations_are_read_as_name_url_pairs() -> None:
     ("RECUR_RESEQ_CAPACITY", "-1", "reseq_capacity must be positive"),
     ("RECUR_SEND_RETRIES", "-1", "send_retries must not be negative"),
     ("RECUR_SEND_TIMEOUT", "soon", "could not convert"),
-    ("RECUR_RESEQ_PROCESSOR", "mymodule", "must be 'module:function'"),
+    ("RECUR_RESEQ_PROCESSOR", "m:f", "removed: register the processing step as a task"),
+    ("RECUR_RESEQ_STEPS", "billing", "'billing' is not 'destination:task.name'"),
+    ("RECUR_RESEQ_STEPS", "billing:my.step", "destination(s) not in RECUR_DESTINATIONS: billing"),
 ])
 def test_bad_resequencer_settings_are_errors_naming_the_variable(var: str, value: str,
                                                                  words: str) -> None:

@@ -140,7 +140,7 @@ def test_rejects_carry_source_field_and_reason(spark_session: SparkSession) -> N
             msg(id="c", user_id="u", bucket="short", payload=1, due_at="soon"),
             msg(id="d", user_id="u", bucket="short", payload=1)]
     expected = spark_session.createDataFrame([
-        (docs[0], "bucket", "bucket: unknown bucket nope (known: short, medium, long)"),
+        (docs[0], "bucket", "bucket: unknown bucket nope (known: short, medium, long, io)"),
         (docs[1], "payload", "payload: missing (use null for no payload)"),
         (docs[2], "due_at", "due_at: not an ISO-8601 time"),
     ], "source string, field string, reason string")

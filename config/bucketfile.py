@@ -1,0 +1,151 @@
+"""A user's bucket table from a TOML file (``RECUR_BUCKETS_FILE``), strictly checked.
+
+::
+
+    [buckets.short]
+    soft_time_limit = 30     # seconds; required
+    time_limit = 45          # seconds, >= soft_time_limit; required
+    concurrency = 4          # processes (prefork) or threads (threads); required
+    pool = "prefork"         # prefork | threads | solo; required
+    prefetch = 4             # optional, default 1
+    queue = "short"          # optional, default the bucket's name
+    work_seconds = 0.05      # optional: process_message's simulated work
+
+    [kinds]
+    ping = "short"
+
+The file is the whole table: its buckets in file order, and its kinds (none if
+it has no ``[kinds]``). Anything wrong (an unknown key, a duplicate queue, a hard
+limit below the soft one, an unknown pool, a kind naming no bucket) is one
+:class:`BucketsFileError` naming the file, the bucket and the field, raised
+before any process starts.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from functools import cache
+from types import MappingProxyType
+from typing import Any, cast
+
+from config.buckets import BUILTIN, POOLS, Bucket, BucketTable, Pool
+from config.errors import BucketsFileError
+
+REQUIRED = ("soft_time_limit", "time_limit", "concurrency", "pool")
+OPTIONAL = ("queue", "prefetch", "work_seconds")
+#: Queue names recur keeps for itself (the resequencer's sends).
+RESERVED_QUEUES = frozenset({"outbound"})
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+
+
+class _Where:
+    """Builds errors that say where in the file the problem is."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def error(self, problem: str, bucket: str | None = None,
+              key: str | None = None) -> BucketsFileError:
+        where = [self.path]
+        if bucket is not None:
+            where.append(f"bucket {bucket!r}")
+        if key is not None:
+            where.append(key)
+        return BucketsFileError(f"{': '.join(where)}: {problem}")
+
+
+def _number(where: _Where, bucket: str, key: str, value: Any, integer: bool) -> float:
+    """A positive number (an integer >= 1 when ``integer``)."""
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        wanted = "an integer" if integer else "a number"
+        raise where.error(f"must be {wanted}, got {value!r}", bucket, key)
+    if value <= 0:
+        raise where.error(f"must be positive, got {value!r}", bucket, key)
+    return float(value)
+
+
+def _check_keys(where: _Where, name: str, spec: Any) -> None:
+    if not NAME.match(name):
+        raise where.error("a bucket name is letters, digits, '_', '-' or '.'", name)
+    if not isinstance(spec, Mapping):
+        raise where.error(f"must be a table ([buckets.{name}]), got {spec!r}", name)
+    for key in spec:
+        if key not in REQUIRED + OPTIONAL:
+            raise where.error(f"unknown key (known: {', '.join(REQUIRED + OPTIONAL)})",
+                              name, key)
+    for key in REQUIRED:
+        if key not in spec:
+            raise where.error("missing (required)", name, key)
+
+
+def _bucket(where: _Where, name: str, spec: Any) -> Bucket:
+    _check_keys(where, name, spec)
+    soft = _number(where, name, "soft_time_limit", spec["soft_time_limit"], False)
+    hard = _number(where, name, "time_limit", spec["time_limit"], False)
+    if hard < soft:
+        raise where.error(f"{spec['time_limit']!r} is below soft_time_limit "
+                          f"{spec['soft_time_limit']!r}", name, "time_limit")
+    pool = spec["pool"]
+    if pool not in POOLS:
+        raise where.error(f"unknown pool {pool!r} (known: {', '.join(POOLS)})", name, "pool")
+    queue = spec.get("queue", name)
+    if not isinstance(queue, str) or not NAME.match(queue) or queue.endswith(".dead"):
+        raise where.error(f"not a usable queue name: {queue!r}", name, "queue")
+    work = spec.get("work_seconds", 0.0)
+    if isinstance(work, bool) or not isinstance(work, int | float) or work < 0:
+        raise where.error(f"must be a number >= 0, got {work!r}", name, "work_seconds")
+    return Bucket(
+        name, queue, soft_time_limit=float(soft), time_limit=float(hard),
+        prefetch=int(_number(where, name, "prefetch", spec.get("prefetch", 1), True)),
+        concurrency=int(_number(where, name, "concurrency", spec["concurrency"], True)),
+        pool=cast(Pool, pool), work_seconds=float(work))
+
+
+def _kinds(where: _Where, raw: Any, names: set[str]) -> Mapping[str, str]:
+    if not isinstance(raw, Mapping):
+        raise where.error(f"[kinds] must be a table of kind = \"bucket\", got {raw!r}")
+    for kind, bucket in raw.items():
+        if not isinstance(bucket, str) or bucket not in names:
+            raise where.error(f"kind {kind!r} maps to unknown bucket {bucket!r} "
+                              f"(buckets: {', '.join(sorted(names))})", key="kinds")
+    return MappingProxyType(dict(raw))
+
+
+def parse_table(document: Mapping[str, Any], path: str) -> BucketTable:
+    """The bucket table a parsed TOML document describes (BucketsFileError if invalid)."""
+    where = _Where(path)
+    for key in document:
+        if key not in ("buckets", "kinds"):
+            raise where.error(f"unknown top-level key {key!r} (known: buckets, kinds)")
+    raw = document.get("buckets")
+    if not isinstance(raw, Mapping) or not raw:
+        raise where.error("no buckets: give at least one [buckets.<name>] table")
+    buckets = tuple(_bucket(where, name, spec) for name, spec in raw.items())
+    seen: dict[str, str] = {}
+    for b in buckets:
+        if b.queue in RESERVED_QUEUES:
+            raise where.error(f"queue {b.queue!r} is recur's own", b.name, "queue")
+        if b.queue in seen:
+            raise where.error(f"queue {b.queue!r} is already bucket {seen[b.queue]!r}'s",
+                              b.name, "queue")
+        seen[b.queue] = b.name
+    kinds = _kinds(where, document.get("kinds", {}), {b.name for b in buckets})
+    return BucketTable(buckets, kinds, source=path)
+
+
+@cache
+def load_table(path: str) -> BucketTable:
+    """The table in ``path`` ('' : the built-in one), read once per process."""
+    if not path:
+        return BUILTIN
+    try:
+        with open(path, "rb") as handle:
+            document = tomllib.load(handle)
+    except OSError as exc:
+        raise BucketsFileError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise BucketsFileError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_table(document, path)

@@ -1,0 +1,142 @@
+"""RECUR_BUCKETS_FILE: a user's bucket table, strictly checked; each bad file refused
+with one error naming the file, the bucket and the field, and nothing started."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from config.bucketfile import load_table
+from config.errors import BucketsFileError, ConfigError, UnknownBucket
+from config.settings import load_settings
+from routing.messages import validate_message
+from tasks.processes import recur_argv
+
+ROOT = Path(__file__).resolve().parents[2]
+
+GOOD = """
+[buckets.quick]
+soft_time_limit = 10
+time_limit = 15
+concurrency = 3
+pool = "prefork"
+prefetch = 2
+
+[buckets.web]
+queue = "web-io"
+soft_time_limit = 20
+time_limit = 20
+concurrency = 300
+pool = "threads"
+work_seconds = 0.1
+
+[kinds]
+ping = "quick"
+scrape = "web"
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / f"buckets-{len(list(tmp_path.iterdir()))}.toml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_good_file_is_the_whole_table_in_file_order(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    table = load_table(path)
+    assert table.names == ("quick", "web")
+    web = table.get("web")
+    assert (web.queue, web.dead_queue, web.pool, web.concurrency, web.prefetch) == (
+        "web-io", "web-io.dead", "threads", 300, 1)
+    assert table.get("quick").work_seconds == 0.0
+    assert dict(table.kinds) == {"ping": "quick", "scrape": "web"}
+
+
+def test_settings_read_the_file_everywhere(tmp_path: Path) -> None:
+    cfg = load_settings({"RECUR_BUCKETS_FILE": write(tmp_path, GOOD),
+                         "RECUR_KINDS": "crawl:web"})
+    assert cfg.buckets.names == ("quick", "web")
+    assert cfg.pull_forward == "quick,web"  # unset: every bucket of the table
+    assert dict(cfg.kinds) == {"ping": "quick", "scrape": "web", "crawl": "web"}
+    assert validate_message({"id": "m", "user_id": "u", "kind": "scrape", "payload": None},
+                            cfg)["bucket"] == "web"
+    with pytest.raises(UnknownBucket, match="unknown bucket 'short'"):
+        validate_message({"id": "m", "user_id": "u", "bucket": "short", "payload": None}, cfg)
+
+
+def test_without_a_file_the_built_in_table_is_used() -> None:
+    cfg = load_settings({})
+    assert cfg.buckets.names == ("short", "medium", "long", "io")
+    assert cfg.pull_forward == "short,medium,long,io"
+    assert cfg.kinds["report"] == "long"
+
+
+BUCKET = 'soft_time_limit = 10\ntime_limit = 15\nconcurrency = 2\npool = "prefork"\n'
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("[buckets.a]\n" + BUCKET + "colour = 'red'\n",
+     "bucket 'a': colour: unknown key"),
+    ("[buckets.a]\n" + BUCKET + "[buckets.b]\n" + BUCKET + "queue = 'a'\n",
+     "bucket 'b': queue: queue 'a' is already bucket 'a''s"),
+    ("[buckets.a]\n" + BUCKET.replace("time_limit = 15", "time_limit = 5"),
+     "bucket 'a': time_limit: 5 is below soft_time_limit 10"),
+    ("[buckets.a]\n" + BUCKET.replace('"prefork"', '"gevent"'),
+     "bucket 'a': pool: unknown pool 'gevent' (known: prefork, threads, solo)"),
+    ("[buckets.a]\n" + BUCKET.replace("concurrency = 2\n", ""),
+     "bucket 'a': concurrency: missing (required)"),
+    ("[buckets.a]\n" + BUCKET.replace("concurrency = 2", "concurrency = 2.5"),
+     "bucket 'a': concurrency: must be an integer, got 2.5"),
+    ("[buckets.a]\n" + BUCKET.replace("concurrency = 2", "concurrency = 0"),
+     "bucket 'a': concurrency: must be positive, got 0"),
+    ("[buckets.a]\n" + BUCKET.replace("soft_time_limit = 10", "soft_time_limit = 'ten'"),
+     "bucket 'a': soft_time_limit: must be a number, got 'ten'"),
+    ("[buckets.a]\n" + BUCKET + "queue = 'outbound'\n",
+     "bucket 'a': queue: queue 'outbound' is recur's own"),
+    ("[buckets.a]\n" + BUCKET + "queue = 'x.dead'\n",
+     "bucket 'a': queue: not a usable queue name: 'x.dead'"),
+    ("[buckets.a]\n" + BUCKET + "work_seconds = -1\n",
+     "bucket 'a': work_seconds: must be a number >= 0, got -1"),
+    ("[buckets.a]\n" + BUCKET + "[kinds]\nping = 'b'\n",
+     "kinds: kind 'ping' maps to unknown bucket 'b' (buckets: a)"),
+    ("[bucket.a]\n" + BUCKET, "unknown top-level key 'bucket' (known: buckets, kinds)"),
+    ("[kinds]\n", "no buckets: give at least one [buckets.<name>] table"),
+    ("[buckets.a\n", "not valid TOML"),
+])
+def test_each_bad_file_is_refused_naming_file_bucket_and_field(
+        tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(BucketsFileError) as info:
+        load_settings({"RECUR_BUCKETS_FILE": path})
+    assert str(info.value).startswith(f"{path}: ")
+    assert message in str(info.value)
+
+
+def test_a_missing_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BucketsFileError, match=r"nope\.toml: cannot read it"):
+        load_settings({"RECUR_BUCKETS_FILE": str(tmp_path / "nope.toml")})
+
+
+def test_settings_that_name_buckets_are_checked_against_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD)
+    with pytest.raises(ConfigError, match=r"RECUR_KINDS.*unknown bucket .long."):
+        load_settings({"RECUR_BUCKETS_FILE": path, "RECUR_KINDS": "report:long"})
+    with pytest.raises(ConfigError, match=r"RECUR_PULL_FORWARD.*unknown bucket .short."):
+        load_settings({"RECUR_BUCKETS_FILE": path, "RECUR_PULL_FORWARD": "short"})
+
+
+@pytest.mark.parametrize("command", [("worker", "a"), ("scheduler",), ("status",)])
+def test_a_bad_file_stops_every_command_with_one_line(tmp_path: Path,
+                                                      command: tuple[str, ...]) -> None:
+    path = write(tmp_path, "[buckets.a]\n" + BUCKET.replace('"prefork"', '"gevent"'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RECUR_")}
+    done = subprocess.run(recur_argv(*command), cwd=ROOT,
+                          env={**env, "RECUR_BUCKETS_FILE": path}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        f"recur: {path}: bucket 'a': pool: unknown pool 'gevent' (known: prefork, threads, solo)"]
