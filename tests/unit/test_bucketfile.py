@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from config.bucketfile import load_table
-from config.errors import BucketsFileError, ConfigError, UnknownBucket
+from config.errors import ConfigError, UnknownBucket
 from config.settings import load_settings
 from routing.messages import validate_message
 from tasks.processes import recur_argv
@@ -110,14 +110,14 @@ BUCKET = 'soft_time_limit = 10\ntime_limit = 15\nconcurrency = 2\npool = "prefor
 def test_each_bad_file_is_refused_naming_file_bucket_and_field(
         tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, text)
-    with pytest.raises(BucketsFileError) as info:
+    with pytest.raises(ConfigError) as info:
         load_settings({"RECUR_BUCKETS_FILE": path})
     assert str(info.value).startswith(f"{path}: ")
     assert message in str(info.value)
 
 
 def test_a_missing_file_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(BucketsFileError, match=r"nope\.toml: cannot read it"):
+    with pytest.raises(ConfigError, match=r"nope\.toml: cannot read it"):
         load_settings({"RECUR_BUCKETS_FILE": str(tmp_path / "nope.toml")})
 
 
