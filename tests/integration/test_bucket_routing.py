@@ -32,7 +32,7 @@ def test_messages_land_on_their_bucket_queue(broker: Connection) -> None:
     for i in range(2):
         process_message.apply_async(args=[message(10 + i, bucket="medium")])
     process_message.delay(message(20, kind="report"))  # kind -> long
-    wait_for(lambda: depths(broker) == {"short": 3, "medium": 2, "long": 1}, 10,
+    wait_for(lambda: depths(broker) == {"short": 3, "medium": 2, "long": 1, "io": 0}, 10,
              "each queue to hold its bucket's messages")
 
 
@@ -54,7 +54,7 @@ def test_bad_input_is_refused_and_nothing_is_published(broker: Connection, celer
     with pytest.raises(InvalidMessage):  # by name, bypassing the task object
         celery_app.send_task("tasks.process_message", args=[bad])
     process_message.delay(message(99, bucket="short"))  # a good one still goes through
-    wait_for(lambda: depths(broker) == {"short": 1, "medium": 0, "long": 0}, 10,
+    wait_for(lambda: depths(broker) == {"short": 1, "medium": 0, "long": 0, "io": 0}, 10,
              "only the good message on the broker")
 
 

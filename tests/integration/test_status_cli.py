@@ -39,7 +39,7 @@ def test_healthy_status_exits_0_and_counts_the_dead_letter_queues(
     result, doc = status({"RECUR_DATABASE_URL": fresh_pg_url}, tmp_path)
     assert result.returncode == 0, result.stderr
     dead = {row["bucket"]: row["dead_queue"] for row in doc["buckets"]}
-    assert dead == {"short": 2, "medium": 0, "long": 1}
+    assert dead == {"short": 2, "medium": 0, "long": 1, "io": 0}
     assert doc["errors"] == [] and doc["notes"] == []
     table = run_recur(["status"], {"RECUR_DATABASE_URL": fresh_pg_url}, tmp_path)
     short = next(line for line in table.stdout.splitlines() if line.startswith("short"))
