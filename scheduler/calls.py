@@ -18,7 +18,7 @@ from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
 
-from config.buckets import BUCKETS_BY_QUEUE
+from config.buckets import bucket_table
 from config.errors import InvalidSchedule, PermanentFailure, StoreError
 from config.settings import Settings
 from routing.messages import validate_message
@@ -320,7 +320,7 @@ def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings
     copy and the row comes back after that, not after RECUR_LEASE_SECONDS.
     (The copy's lease stamp then no longer matches; nothing redelivers it anyway.)"""
     count = _header(request, "x-delivery-count")
-    bucket = BUCKETS_BY_QUEUE.get(queue_of(request) or "")
+    bucket = bucket_table().by_queue.get(queue_of(request) or "")
     if cfg.queue_type != "quorum" or bucket is None or int(count or 0) < cfg.max_deliveries - 1:
         return
     until = utcnow() + timedelta(seconds=bucket.time_limit + LEASE_MARGIN)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from config.buckets import BUCKETS_BY_QUEUE
+from config.buckets import bucket_table
 from config.errors import ServiceUnavailable
 from config.settings import Settings
 
@@ -31,7 +31,7 @@ LONGEST_WAIT = 1.0
 def budget_for(cfg: Settings, queue: str | None) -> float:
     """Seconds a task from bucket queue ``queue`` may wait: RECUR_OUTAGE_BUDGET, at most
     half the bucket's soft time limit (the wait happens inside the task's time)."""
-    known = BUCKETS_BY_QUEUE.get(queue or "")
+    known = bucket_table().by_queue.get(queue or "")
     return cfg.outage_budget if known is None else min(cfg.outage_budget,
                                                        known.soft_time_limit / 2)
 
