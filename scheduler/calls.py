@@ -181,6 +181,23 @@ class StoreCall:
         return accepted
 
 
+def resent_job_key(running: Dispatch | None, request: Any, task_name: str,
+                   message: Mapping[str, Any]) -> str | None:
+    """The running job's key when this call sends the running message again.
+
+    A job stored under an explicit key (``job_key="report-42"``, a periodic
+    entry's per-period key) that reschedules itself without repeating the key
+    must move its own row, not start a second job under the message id.
+    """
+    if running is None or getattr(request, "task", None) != task_name:
+        return None
+    args = getattr(request, "args", None) or ()
+    first = args[0] if args else (getattr(request, "kwargs", None) or {}).get("message")
+    if isinstance(first, Mapping) and first.get("id") == message["id"]:
+        return running.job_key
+    return None
+
+
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                options: Mapping[str, Any], job_key: str | None, request: Any,
                cfg: Settings, *, not_before: bool = False) -> StoreCall | None:
@@ -200,7 +217,7 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     if job_key is not None and (not isinstance(job_key, str) or not job_key.strip()):
         raise InvalidSchedule(f"job_key must be a non-empty string, got {job_key!r}")
     message = validate_message(message_of(call_args, call_kwargs), cfg)
-    key = job_key or message["id"]
+    key = job_key or resent_job_key(running, request, task_name, message) or message["id"]
     own = running if running is not None and running.job_key == key else None
     long_delay = due is not None and (due - now).total_seconds() >= cfg.schedule_threshold
     if own is None and job_key is None and not long_delay:

@@ -78,3 +78,21 @@ def test_dispatch_headers_as_celery_exposes_them() -> None:
     assert live is not None and live.matches((3, lease))
     assert not live.matches((3, lease + timedelta(microseconds=1)))  # a rolled-back dispatch
     assert not live.matches((4, lease)) and not live.matches(None)
+
+
+def test_a_job_under_an_explicit_key_reschedules_its_own_row() -> None:
+    from config.settings import settings
+    from scheduler.calls import store_plan
+
+    msg = {"id": "msg-1", "user_id": "u-1", "bucket": "short", "payload": {"every": 60}}
+    running = SimpleNamespace(task="tasks.process_message", args=[msg], kwargs={},
+                              recur_dispatch=dispatch_header("report-42", 3, NOW))
+    plan = store_plan("tasks.process_message", [msg], None, {"countdown": 60}, None,
+                      running, settings())
+    assert plan is not None and plan.job.job_key == "report-42"
+    assert plan.reschedule_of is not None and plan.reschedule_of.token == 3
+    # Another message sent from the same run is a job of its own, under its own id.
+    other = {**msg, "id": "msg-2"}
+    plan = store_plan("tasks.process_message", [other], None, {"countdown": 60}, None,
+                      running, settings())
+    assert plan is not None and plan.job.job_key == "msg-2" and plan.reschedule_of is None
