@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.results_io import write_result
+from config.buckets import BUCKETS
 from tasks.processes import wait_for
 from tests.support.outage_rig import OutageRig, figures, outage_rig
 
@@ -28,7 +29,7 @@ CONCURRENCY = 3
 
 
 def start(rig: OutageRig, count: int, every: float, runs: int) -> tuple[list[str], float]:
-    for bucket in ("short", "medium", "long"):
+    for bucket in (b.name for b in BUCKETS):  # workers for every bucket
         rig.start_worker(bucket, CONCURRENCY)
     ids = rig.populate(count, every, runs)
     started = time.time()

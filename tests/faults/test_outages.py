@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from config.buckets import BUCKETS
 from tasks.processes import wait_for
 from tests.support.outage_rig import OutageRig, figures, outage_rig
 
@@ -33,7 +34,7 @@ def settle_after(rig: OutageRig, runs: int = 200) -> None:
 def test_outages_and_kills_lose_nothing_dead_letter_nothing_and_cost_seconds(
         tmp_path: Path) -> None:
     with outage_rig(tmp_path) as rig:
-        for bucket in ("short", "medium", "long"):
+        for bucket in (b.name for b in BUCKETS):  # workers for every bucket
             rig.start_worker(bucket, CONCURRENCY)
         ids = rig.populate(MESSAGES, EVERY, RUNS)
         started = time.time()
@@ -67,7 +68,7 @@ def test_outages_and_kills_lose_nothing_dead_letter_nothing_and_cost_seconds(
         print(f"\noutage figures: {got.as_dict()}")
 
         assert got.missing == 0
-        assert got.dead_letters == {"short.dead": 0, "medium.dead": 0, "long.dead": 0}
+        assert got.dead_letters == {b.dead_queue: 0 for b in BUCKETS}
         assert got.last_fault_to_last_run <= got.longest_outage + 60
         # Only runs cut by a kill or whose acknowledgement a broker outage lost run
         # twice: at most what the killed workers and every worker had in hand.
