@@ -10,7 +10,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,14 +43,6 @@ def job(ident: str, due: datetime, user: str = "u-1", bucket: str = "short",
 @pytest.fixture
 def ctl(store: DueStore) -> JobControl:
     return JobControl(store)
-
-
-@pytest.fixture
-def store_in_use(store_url: str, use_store: Callable[[str], None]) -> Iterator[DueStore]:
-    use_store(store_url)
-    store = DueStore.open(store_url)
-    yield store
-    store.close()
 
 
 def claim(store: DueStore, bucket: str, now: datetime, *, early: bool) -> list[Claimed]:

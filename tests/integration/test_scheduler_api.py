@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,14 +18,6 @@ from tasks.processes import wait_for
 
 def message(ident: str = "m-1", **extra: Any) -> dict[str, Any]:
     return {"id": ident, "user_id": "u-1", "bucket": "short", "payload": {"n": 1}, **extra}
-
-
-@pytest.fixture
-def store_in_use(store_url: str, use_store: Callable[[str], None]) -> Iterator[DueStore]:
-    use_store(store_url)
-    store = DueStore.open(store_url)
-    yield store
-    store.close()
 
 
 def rows(store: DueStore) -> dict[str, Any]:

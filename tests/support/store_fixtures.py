@@ -107,6 +107,15 @@ SchedulerFactory = Callable[..., Any]
 
 
 @pytest.fixture
+def store_in_use(store_url: str, use_store: Callable[[str], None]) -> Iterator[DueStore]:
+    """The store the app's tasks use for this test, opened for the test to read."""
+    use_store(store_url)
+    store = DueStore.open(store_url)
+    yield store
+    store.close()
+
+
+@pytest.fixture
 def start_scheduler(live_services: None, tmp_path: Path) -> Iterator[SchedulerFactory]:
     """Start real ``recur scheduler`` processes with extra RECUR_* env; stopped at the end."""
     from tasks.processes import recur_argv, spawn
