@@ -1,6 +1,6 @@
 -- The per-user lock's Redis side. store.py loads this file once per entry
 -- point, with "return <entry>()" appended: submit, acquire, release, wake,
--- extend. Every read and write of a user's line is one of these atomic calls.
+-- published, extend. Every read and write of a user's line is one of these atomic calls.
 --
 -- Keys (config/keys.py), for user <u>:
 --   KEYS[1] <prefix>:lock:{<u>}:owner    string  token of the holder, PX = lease
@@ -75,8 +75,10 @@ end
 -- Give the free lock to the first parked job whose turn has come. With `take`
 -- ('' = no) the lock is taken for that token now (the caller runs the job);
 -- otherwise the lock stays free and the caller publishes the job, whose copy
--- takes it on arrival; the user is looked at again after gap_ms in case that
--- copy never comes. Returns 0 or {1, job JSON, seq, fence (0 if not taken)}.
+-- takes it on arrival. The user is looked at again after one lease (ttl), in
+-- case the caller dies before its publish is confirmed; `published` moves that
+-- to gap_ms once the copy is in the broker, in case it never comes.
+-- Returns 0 or {1, job JSON, seq, fence (0 if not taken)}.
 local function hand_over(user, take, ttl, gap_ms, now)
   local head, seq
   while true do
@@ -108,7 +110,7 @@ local function hand_over(user, take, ttl, gap_ms, now)
   redis.call('HDEL', KEYS[2], 'gapat')
   count('handovers')
   if take == '' then
-    redis.call('ZADD', KEYS[7], now + gap_ms, user)
+    redis.call('ZADD', KEYS[7], now + ttl, user)
     count('published')
     return {1, head[1], seq, 0}
   end
@@ -239,6 +241,18 @@ local function wake()
     return 0
   end
   return hand_over(ARGV[1], '', tonumber(ARGV[2]), tonumber(ARGV[3]), now)
+end
+
+-- A published handover's copy is in the broker (the publish was confirmed):
+-- look at the user again after gap_ms instead of one lease, unless its copy
+-- already took the lock or ran. ARGV: 1 user, 2 job's number, 3 gap ms.
+-- Returns 1 when the wake time moved.
+local function published()
+  if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+  local head = redis.call('ZRANGE', KEYS[4], 0, 0, 'WITHSCORES')
+  if #head == 0 or tonumber(head[2]) ~= tonumber(ARGV[2]) then return 0 end
+  redis.call('ZADD', KEYS[7], 'XX', now_ms() + tonumber(ARGV[3]), ARGV[1])
+  return 1
 end
 
 -- The watchdog extends the lease if this token still holds it.

@@ -181,6 +181,11 @@ def publish_handover(user: str, handover: Handover) -> None:
         jobs.handover_failed(user, job.id, exc)
         with contextlib.suppress(LockUnavailable):
             runtime().store.look_again(user, runtime().cfg.lock_ttl)
+        return
+    # Confirmed: the copy is queued. If this call is lost (Redis down, a kill), a
+    # reaper publishes the job again after one lease; that copy is then dropped.
+    with contextlib.suppress(LockUnavailable):
+        runtime().store.published(user, handover.seq, runtime().cfg.lock_gap_timeout)
 
 
 def lock_spec_of(task: Any) -> Any:

@@ -75,7 +75,8 @@ class Script:
 
 @lru_cache(maxsize=1)
 def _scripts() -> dict[str, Script]:
-    return {name: Script(name) for name in ("submit", "acquire", "release", "wake", "extend")}
+    return {name: Script(name) for name in ("submit", "acquire", "release", "wake", "published",
+                                             "extend")}
 
 
 class LockStore:
@@ -132,6 +133,14 @@ class LockStore:
         """Hand ``user``'s free lock to its first parked job (to publish), if its turn came."""
         return _handover(self._run("wake", user, (user, _ms(ttl), _ms(gap_timeout)),
                                    "look at"), "")
+
+    def published(self, user: str, seq: int, gap_timeout: float) -> bool:
+        """Job ``seq`` was handed over through the broker and its publish confirmed:
+        republish it only if its copy has not arrived after ``gap_timeout`` (until
+        this call a reaper republishes it after one lease, so a publisher killed
+        mid-publish costs a lease, not the gap timeout)."""
+        return bool(self._run("published", user, (user, seq, _ms(gap_timeout)),
+                              "record a handover for"))
 
     def look_again(self, user: str, seconds: float) -> None:
         """Have a reaper look at ``user`` again in ``seconds`` (a handover not published)."""

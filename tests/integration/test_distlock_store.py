@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from config import keys
 from tasks.distlock.store import (
     ACQUIRED,
     DUPLICATE,
@@ -108,6 +109,32 @@ def test_a_handover_through_the_broker_leaves_the_lock_free_for_its_copy(
     assert store.holder("u") is None
     assert take(store, "u", s3, 3).status == PARKED  # job 3 still waits for job 2
     assert take(store, "u", s2, 2).status == ACQUIRED  # job 2's published copy
+
+
+def test_a_handover_whose_publish_was_never_confirmed_is_handed_over_again_after_a_lease(
+        store: LockStore) -> None:
+    """The process that got a broker handover dies before its publish is confirmed: a
+    reaper hands the job over again one lease later, not after the gap timeout. Once
+    the publish is confirmed, the reaper waits the gap timeout for the copy."""
+    s1, s2 = store.submit("u"), store.submit("u")
+    token = new_token()
+    assert take(store, "u", s1, 1, token).status == ACQUIRED
+    assert take(store, "u", s2, 2).status == PARKED
+    _, handover = store.release("u", token, s1, "done", 0.3, GAP)  # lease 0.3 s, gap 60 s
+    assert handover is not None and handover.seq == s2
+    # ... and the process is killed here, before its publish: nothing is published.
+    wait_for(lambda: "u" in store.due_users(), 5, "the reaper's look one lease later")
+    again = store.wake("u", 0.3, GAP)
+    assert again is not None and again.seq == s2
+    assert store.published("u", s2, GAP)  # this time the publish was confirmed
+    assert "u" not in store.due_users()
+    wake_at = store.client.zscore(keys.lock_wake(store.prefix), "u")
+    seconds, micros = store.client.time()
+    assert wake_at is not None and wake_at - (seconds * 1000 + micros // 1000) > 50_000
+    # Its copy arrives and takes the lock: a late confirmation moves nothing.
+    copy = new_token()
+    assert take(store, "u", s2, 2, copy).status == ACQUIRED
+    assert not store.published("u", s2, GAP)
 
 
 def test_a_finished_job_never_runs_again_even_after_its_user_went_idle(
