@@ -8,30 +8,41 @@ messages / 10 runs per second. Side by side, one after the other, in one run:
 - ``recur_noop``: recur's own full cycle on the I/O bucket's worker, no request
   (the ceiling the I/O bucket is compared with);
 - ``recur_io``: recur's I/O bucket, async tasks (``recur worker io``: threads
-  pool, one event loop per process) + ``recur scheduler``;
+  pool, one event loop per process; ``--processes`` of them, one per core by
+  default) + ``recur scheduler``;
 - ``recur_short``: the same request, sync, on the short bucket (prefork 4);
 - ``celery_threads``: plain Celery, threads pool at the I/O bucket's
-  concurrency, next run by Celery's own countdown (ETA held in the worker);
-- ``arq``: asyncio on Redis at the same concurrency, next run by ``_defer_by``.
+  concurrency and processes, next run by Celery's own countdown (ETA held in
+  the worker);
+- ``arq``: asyncio on Redis at the same concurrency and processes, next run by
+  ``_defer_by``.
 
 Per contender: completed runs/s in the window after a warm-up, lag p50/p99
-(run start − due time, sampled 1 in 10), worker RSS (max, whole process tree)
-and CPU seconds per second by process (worker, scheduler, PostgreSQL, RabbitMQ,
-Redis, HTTP server, the machine as a whole: the 2 cores are shared).
+(run start − due time, sampled 1 in 10), worker RSS (max, all its processes),
+and by process (workers, scheduler, PostgreSQL, RabbitMQ, Redis, HTTP server;
+the services' figures include other users of them) the cores used and the CPU
+milliseconds per run, from /proc/<pid>/stat (utime + stime, with reaped
+children). CPU per run moves far less with the machine's load than runs/s, so
+``ceiling_runs_per_s`` (the machine's cores ÷ the total CPU per run) says what
+the same code would reach with the cores to itself; the 1-minute load average
+at the window's start and end is beside it.
 
     flock /tmp/recur-bench.lock .venv/bin/python -m bench.bench_io [--messages 20000]
-        [--seconds 60] [--only recur_io,arq]
+        [--seconds 60] [--processes 2] [--concurrency 100] [--only recur_io,arq]
+        [--profile DIR]
 
-Needs the bench extra (arq): pip install -e '.[bench]'.
+Needs the bench extra (arq): pip install -e '.[bench]'; ``--profile`` needs py-spy.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -72,7 +83,7 @@ class Run:
                     "PYTHONPATH": str(ROOT)}
         os.environ[io_record.PREFIX_VAR] = self.env[io_record.PREFIX_VAR]
         self.children: list[Any] = []
-        self.worker: Any = None
+        self.workers: list[Any] = []
         self.scheduler: Any = None
 
     def spawn(self, name: str, argv: list[str]) -> Any:
@@ -91,11 +102,13 @@ def recur_worker(run: Run, bucket: str) -> None:
     from tasks.app import app
     from tasks.processes import recur_argv, wait_for_worker
 
-    node = f"{run.name}@{socket.gethostname()}"
     extra = ["-c", str(run.opts.concurrency)] if bucket == "io" else []
-    run.worker = run.spawn("worker", recur_argv("worker", bucket, "-n", node, *extra,
-                                                "--without-mingle", "--without-gossip"))
-    wait_for_worker(app, run.worker, node)
+    for i in range(run.opts.processes if bucket == "io" else 1):
+        node = f"{run.name}{i}@{socket.gethostname()}"
+        worker = run.spawn(f"worker{i}", recur_argv("worker", bucket, "-n", node, *extra,
+                                                    "--without-mingle", "--without-gossip"))
+        wait_for_worker(app, worker, node)
+        run.workers.append(worker)
     run.env["RECUR_LOG_LEVEL"] = "INFO"  # the scheduler's log says what it dispatched when
     run.scheduler = run.spawn("scheduler", recur_argv("scheduler"))
     run.env["RECUR_LOG_LEVEL"] = "WARNING"
@@ -132,14 +145,16 @@ def start_celery_threads(run: Run) -> None:
     from bench.io_plain import plain_io
     from tasks.processes import wait_for_worker
 
-    node = f"{run.name}@{socket.gethostname()}"
     celery = str(Path(sys.executable).parent / "celery")
-    run.worker = run.spawn("worker", [
-        celery, "-A", "bench.io_plain", "worker", "-P", "threads", "-c",
-        str(run.opts.concurrency), "-Q", "plainio", "-n", node, "-l", "WARNING",
-        "--without-mingle", "--without-gossip"])
     plain.conf.broker_url = ENVIRONMENT.broker_url
-    wait_for_worker(plain, run.worker, node)
+    for i in range(run.opts.processes):
+        node = f"{run.name}{i}@{socket.gethostname()}"
+        worker = run.spawn(f"worker{i}", [
+            celery, "-A", "bench.io_plain", "worker", "-P", "threads", "-c",
+            str(run.opts.concurrency), "-Q", "plainio", "-n", node, "-l", "WARNING",
+            "--without-mingle", "--without-gossip"])
+        wait_for_worker(plain, worker, node)
+        run.workers.append(worker)
     n = run.opts.messages
     start = time.time()
     with plain.producer_or_acquire() as producer:
@@ -153,10 +168,15 @@ def start_arq(run: Run) -> None:
     from tasks.processes import wait_for
 
     arq = str(Path(sys.executable).parent / "arq")
-    run.worker = run.spawn("worker", [arq, "bench.io_arq.WorkerSettings"])
-    wait_for(lambda: "Starting worker" in run.worker.log() or run.worker.proc.poll() is not None,
-             30, "the arq worker")
+    for i in range(run.opts.processes):
+        worker = run.spawn(f"worker{i}", [arq, "bench.io_arq.WorkerSettings"])
+        wait_for(functools.partial(_arq_started, worker), 30, "the arq worker")
+        run.workers.append(worker)
     asyncio.run(seed_arq(run.opts.messages, run.env["BENCHIO_ARQ_QUEUE"]))
+
+
+def _arq_started(worker: Any) -> bool:
+    return "Starting worker" in worker.log() or worker.proc.poll() is not None
 
 
 async def seed_arq(n: int, queue: str) -> None:
@@ -183,8 +203,9 @@ STARTERS: dict[str, Callable[[Run], None]] = {
 
 
 def groups(run: Run, server_pid: int) -> dict[str, list[int]]:
-    """The processes whose CPU is counted, by role."""
-    out = {"worker": proc_stats.tree(run.worker.pid), "http_server": [server_pid],
+    """The processes whose CPU is counted, by role (the services' include other users')."""
+    out = {"worker": [pid for w in run.workers for pid in proc_stats.tree(w.pid)],
+           "http_server": [server_pid],
            "postgresql": proc_stats.named("postgres"),
            "rabbitmq": proc_stats.named("beam.smp"),
            "redis": proc_stats.named("redis-server")}
@@ -193,35 +214,90 @@ def groups(run: Run, server_pid: int) -> dict[str, list[int]]:
     return out
 
 
+def snapshot(run: Run, server_pid: int) -> dict[str, dict[int, float]]:
+    return {role: proc_stats.cpu_snapshot(pids)
+            for role, pids in groups(run, server_pid).items()}
+
+
+def cpu_figures(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]],
+                seconds: float, runs: int, machine: tuple[float, float]
+                ) -> dict[str, Any]:
+    """Cores busy by role, CPU milliseconds per run by role, and the rate the total
+    per-run CPU allows on the machine's cores (its ceiling, whatever the load)."""
+    used = {role: proc_stats.cpu_between(before[role], after[role]) for role in after}
+    per_run = {role: round(1000 * cpu / max(runs, 1), 3) for role, cpu in used.items()}
+    total_ms = sum(per_run.values())
+    cores = machine[1]
+    return {"cpu_cores_by_process": {**{role: round(cpu / seconds, 2)
+                                        for role, cpu in used.items()},
+                                     "machine_busy_cores": round(machine[0], 2),
+                                     "machine_cores": round(cores, 2)},
+            "cpu_ms_per_run": {**per_run, "total": round(total_ms, 3)},
+            "ceiling_runs_per_s": round(1000 * cores / total_ms) if total_ms else None}
+
+
 def measure(run: Run, server_pid: int) -> dict[str, Any]:
     """Runs/s, lag, RSS and CPU by process over the window after the warm-up."""
     from tasks.redis_conn import get_redis
 
     time.sleep(WARMUP)
     client = get_redis()
-    roles = groups(run, server_pid)
-    cpu0 = {role: proc_stats.cpu_seconds(pids) for role, pids in roles.items()}
+    load0 = os.getloadavg()[0]
+    cpu0 = snapshot(run, server_pid)
     busy0, total0 = proc_stats.machine_busy_seconds()
     runs0, _ = io_record.read(client)
     t0 = time.time()
+    profilers = profile(run, run.opts.seconds - WARMUP)
     rss = 0
     while time.time() - t0 < run.opts.seconds - WARMUP:
         time.sleep(2)
-        rss = max(rss, proc_stats.rss_bytes(proc_stats.tree(run.worker.pid)))
+        rss = max(rss, proc_stats.rss_bytes(groups(run, server_pid)["worker"]))
     runs1, samples = io_record.read(client)
     t1 = time.time()
+    cpu1 = snapshot(run, server_pid)
     busy1, total1 = proc_stats.machine_busy_seconds()
-    cpu = {role: round((proc_stats.cpu_seconds(pids) - cpu0[role]) / (t1 - t0), 2)
-           for role, pids in roles.items()}
-    cpu["machine_busy_cores"] = round((busy1 - busy0) / (t1 - t0), 2)
-    cpu["machine_cores"] = round((total1 - total0) / (t1 - t0), 2)
+    for profiler in profilers:
+        stop_profiler(profiler)
+    runs = runs1 - runs0
     lags = sorted(lag for at, lag in samples if t0 <= at <= t1)
-    return {"runs": runs1 - runs0, "seconds": round(t1 - t0, 1),
-            "per_second": round((runs1 - runs0) / (t1 - t0)),
+    return {"runs": runs, "seconds": round(t1 - t0, 1),
+            "per_second": round(runs / (t1 - t0)),
             "lag_p50_s": round(max(0.0, statistics.median(lags)), 3) if lags else None,
             "lag_p99_s": round(max(0.0, lags[int(0.99 * (len(lags) - 1))]), 3) if lags else None,
             "lag_samples": len(lags), "worker_rss_mb": round(rss / 2**20, 1),
-            "cpu_cores_by_process": cpu, "load_avg_1m": round(os.getloadavg()[0], 2)}
+            **cpu_figures(cpu0, cpu1, t1 - t0, runs,
+                          ((busy1 - busy0) / (t1 - t0), (total1 - total0) / (t1 - t0))),
+            "load_avg_1m": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+
+
+def profile(run: Run, seconds: float) -> list[subprocess.Popen[bytes]]:
+    """With --profile DIR: py-spy samples the thread holding the GIL (CPU, not waits) of
+    each worker and the scheduler over the window, as collapsed stacks in
+    DIR/<contender>-<role>-<pid>.txt. Sampling costs CPU: take figures from runs without
+    it. py-spy is not a dependency (pip install py-spy)."""
+    if not run.opts.profile:
+        return []
+    spy = str(Path(sys.executable).parent / "py-spy")
+    targets = [("worker", w.pid) for w in run.workers]
+    if run.scheduler is not None:
+        targets.append(("scheduler", run.scheduler.pid))
+    out = Path(run.opts.profile)
+    out.mkdir(parents=True, exist_ok=True)
+    return [subprocess.Popen([spy, "record", "--format", "raw", "--gil", "--nonblocking",
+                              "--rate", "100",
+                              "--duration", str(int(seconds)), "--pid", str(pid),
+                              "-o", str(out / f"{run.name}-{role}-{pid}.txt")],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for role, pid in targets]
+
+
+def stop_profiler(profiler: subprocess.Popen[bytes]) -> None:
+    """Let py-spy write its samples; stop it if it lags far behind its duration."""
+    try:
+        profiler.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        profiler.terminate()
+        profiler.wait(timeout=30)
 
 
 def reset() -> None:
@@ -250,7 +326,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--concurrency", type=int, default=200)
+    parser.add_argument("--concurrency", type=int, default=100,
+                        help="tasks at once per worker process (not the short bucket's)")
+    parser.add_argument("--processes", type=int, default=2,
+                        help="worker processes of the io bucket, plain Celery and arq")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="py-spy each worker and the scheduler into DIR (needs py-spy)")
     parser.add_argument("--only", default=",".join(CONTENDERS))
     opts = parser.parse_args()
     opts.port = free_port()
@@ -290,7 +371,8 @@ def summary(opts: argparse.Namespace, results: dict[str, Any], log_dir: Path) ->
         "setup": {"messages": opts.messages, "every_s": io_record.EVERY,
                   "offered_runs_per_s": round(opts.messages / io_record.EVERY),
                   "request_ms": 100, "seconds": opts.seconds, "warmup_s": WARMUP,
-                  "concurrency": opts.concurrency, "logs": str(log_dir)},
+                  "concurrency": opts.concurrency, "processes": opts.processes,
+                  "logs": str(log_dir)},
         **results,
         "goal": "recur_io >= 1000 runs/s and >= 0.8x recur_noop (same run)",
     }

@@ -67,3 +67,19 @@ def machine_busy_seconds() -> tuple[float, float]:
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     idle = fields[3] + fields[4]
     return (sum(fields) - idle) / TICK, sum(fields) / TICK
+
+
+def cpu_snapshot(pids: Iterable[int]) -> dict[int, float]:
+    """pid -> user + system CPU seconds of the process and of its reaped children
+    (utime, stime, cutime, cstime): a child that exits mid-window stays counted."""
+    out = {}
+    for pid in pids:
+        stat = _stat(pid)
+        if stat is not None:
+            out[pid] = sum(int(x) for x in stat[12:16]) / TICK
+    return out
+
+
+def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds used between two snapshots (a process new in ``after`` counts whole)."""
+    return sum(seconds - before.get(pid, 0.0) for pid, seconds in after.items())

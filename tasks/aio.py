@@ -17,7 +17,12 @@ fails with TimeLimitExceeded. Both are dead-lettered like any failure.
 
 Inside the coroutine ``self.request`` is the delivering request (bound in a
 context variable per asyncio task), so ``self.apply_async`` reschedules the
-task's own job and ``self.retry`` work as in a sync task.
+task's own job and ``self.retry`` work as in a sync task. That reschedule is a
+blocking store statement: run on the loop it would stall every other coroutine
+of the process for a database round trip (one at a time, so at most one over that
+round trip's time of reschedules per second, under load a few hundred). So it is
+kept and written by the pool thread once the coroutine has returned (or raised),
+still before the run settles and the message is acknowledged.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ Limits = tuple[float | None, float | None]
 
 #: (task name, request) of the async task running in the current asyncio task.
 _BOUND: ContextVar[tuple[str, Any] | None] = ContextVar("recur_bound_request", default=None)
+#: Reschedules of its own job the running async task asked for, in order.
+_DEFERRED: ContextVar[list[Any] | None] = ContextVar("recur_deferred_writes", default=None)
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _loop_pid = 0
@@ -76,9 +83,31 @@ def limits_of(task: Any) -> Limits:
             soft or task.soft_time_limit or _worker_limits[1])
 
 
+def defer_write(call: Any) -> Any:
+    """Inside an async task, keep ``call`` (its own job's store write, a
+    scheduler.calls.StoreCall) for the pool thread and return what ``apply_async``
+    returns for it; None elsewhere (the caller writes it now)."""
+    deferred = _DEFERRED.get()
+    if deferred is None or call.reschedule_of is None:
+        return None
+    from scheduler.calls import ScheduledJob
+
+    deferred.append(call)
+    return ScheduledJob(call.job.job_key, call.job.due_at)
+
+
+def write_deferred(task: Any, deferred: list[Any]) -> None:
+    """Write the reschedules the coroutine asked for, on this (pool) thread."""
+    from config.settings import settings
+
+    for call in list(deferred):
+        call.write(settings(), task.request)
+
+
 async def _run_bound(task_name: str, request: Any, coro: Coroutine[Any, Any, Any],
-                     soft: float | None) -> Any:
+                     soft: float | None, deferred: list[Any]) -> Any:
     _BOUND.set((task_name, request))
+    _DEFERRED.set(deferred)
     if soft is None:
         return await coro
     deadline = asyncio.timeout(soft)
@@ -94,8 +123,9 @@ async def _run_bound(task_name: str, request: Any, coro: Coroutine[Any, Any, Any
 def run_blocking(task: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     """Run ``coro`` (a call of ``task``'s async function) on the worker loop and wait."""
     hard, soft = limits_of(task)
+    deferred: list[Any] = []
     future = asyncio.run_coroutine_threadsafe(
-        _run_bound(task.name, task.request, coro, soft), worker_loop())
+        _run_bound(task.name, task.request, coro, soft, deferred), worker_loop())
     try:
         return future.result(timeout=hard)
     except concurrent.futures.TimeoutError:
@@ -103,6 +133,8 @@ def run_blocking(task: Any, coro: Coroutine[Any, Any, Any]) -> Any:
             raise
         future.cancel()
         raise TimeLimitExceeded(f"hard time limit ({hard:g}s) exceeded") from None
+    finally:  # what it asked for before it returned, raised or was given up
+        write_deferred(task, deferred)
 
 
 def settle(task: Any, result: Any) -> Any:

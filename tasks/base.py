@@ -59,7 +59,8 @@ class MessageTask(Task):  # type: ignore[misc]
         if plan is None:
             return super().apply_async(args, kwargs, task_id, producer, link, link_error,
                                        shadow, **options)
-        return plan.write(settings(), self.request)
+        # inside an async task its own reschedule is written off the event loop
+        return aio.defer_write(plan) or plan.write(settings(), self.request)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task; a scheduler-dispatched copy is token-checked first.

@@ -69,3 +69,37 @@ def test_a_coroutines_own_timeout_is_its_own_error() -> None:
 
     with pytest.raises(TimeoutError, match="upstream"):
         aio.settle(FakeTask(timelimit=(5, 2)), times_out())
+
+
+class FakeCall:
+    """A store write of the running job's own row (what apply_async plans)."""
+
+    def __init__(self, key: str, written: list[tuple[str, str]]) -> None:
+        self.reschedule_of = object()
+        self.job = type("Job", (), {"job_key": key, "due_at": None})()
+        self.written = written
+
+    def write(self, cfg: Any, request: Any) -> None:
+        self.written.append((self.job.job_key, threading.current_thread().name))
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_an_async_tasks_own_reschedule_is_written_off_the_loop_after_it_ends(
+        fails: bool) -> None:
+    written: list[tuple[str, str]] = []
+
+    async def reschedules() -> str:
+        returned = aio.defer_write(FakeCall("j1", written))
+        await asyncio.sleep(0.05)
+        assert written == [] and returned.job_key == "j1"  # not written on the loop
+        if fails:
+            raise ValueError("after rescheduling")
+        return "done"
+
+    if fails:
+        with pytest.raises(ValueError):
+            aio.settle(FakeTask(), reschedules())
+    else:
+        assert aio.settle(FakeTask(), reschedules()) == "done"
+    assert written == [("j1", threading.current_thread().name)]
+    assert aio.defer_write(FakeCall("j2", written)) is None  # outside a task: write now
