@@ -70,11 +70,11 @@ class DeadSweep:
             clock = time.monotonic()
             if clock < seen.next_at:
                 continue
+            seen.next_at = clock + SWEEP_EVERY  # one depth read per interval, not per pass
             depth = self.publisher.depth(bucket.dead_queue)
             if depth == 0 or (depth == seen.left and not seen.watching):
                 seen.left, seen.watching = (0, 0) if depth == 0 else (depth, 0)
                 continue
-            seen.next_at = clock + SWEEP_EVERY
             counts = self.sweep(bucket)
             seen.left = counts[Verdict.KEEP] + counts[Verdict.WATCH]
             seen.watching = counts[Verdict.WATCH]
