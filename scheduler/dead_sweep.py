@@ -50,6 +50,8 @@ class Seen:
     #: Of those, copies of live jobs (read again until their job moves on).
     watching: int = 0
     next_at: float = 0.0
+    #: The queue held more than one read judges (warned once).
+    full: bool = False
 
 
 @dataclass
@@ -76,6 +78,7 @@ class DeadSweep:
                 seen.left, seen.watching = (0, 0) if depth == 0 else (depth, 0)
                 continue
             counts = self.sweep(bucket)
+            self._warn_if_full(bucket, seen, depth)
             seen.left = counts[Verdict.KEEP] + counts[Verdict.WATCH]
             seen.watching = counts[Verdict.WATCH]
             removed += sum(counts[v] for v in REMOVED)
@@ -100,6 +103,16 @@ class DeadSweep:
             self._close(channel)  # the copies not acknowledged go back, in order
         self._report(bucket, counts)
         return counts
+
+    @staticmethod
+    def _warn_if_full(bucket: Bucket, seen: Seen, depth: int) -> None:
+        full = depth > SCAN_LIMIT
+        if full and not seen.full:
+            log.warning("%s holds %d copies: the dead-letter sweep judges the first %d only, "
+                        "so newer copies of live jobs behind them wait for their lease; "
+                        "inspect, replay or purge it (recur dead ...)", bucket.dead_queue,
+                        depth, SCAN_LIMIT)
+        seen.full = full
 
     @staticmethod
     def _read(channel: Any, queue: str) -> list[tuple[Any, str, Dispatch | None]]:
