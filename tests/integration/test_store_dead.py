@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 
-from scheduler.calls import Dispatch, micros
+from config.settings import load_settings
+from scheduler.calls import Dispatch, last_chance, micros
 from scheduler.store import Claimed, DueStore, Job
 from scheduler.store_dead import DeadCopies
 
@@ -55,3 +57,18 @@ def test_an_untouched_lease_is_never_buried(store: DueStore) -> None:
     copy = dispatched(store, "job-c")
     assert DeadCopies(store).bury(copy, "why", lambda rows, reason: None) is None
     assert DeadCopies(store).rows(["job-c"])["job-c"].is_live(copy)
+
+
+def test_the_last_delivery_moves_the_lease_and_a_copy_handed_back_from_it_stays_live(
+        store: DueStore) -> None:
+    copy = dispatched(store, "job-d")
+    cfg = load_settings({})
+    last = SimpleNamespace(headers={"x-delivery-count": cfg.max_deliveries - 1},
+                           delivery_info={"routing_key": "short"})
+    moved = last_chance(last, copy, store, cfg)
+    live = store.live_dispatch("job-d", wait=False)
+    assert DeadCopies(store).rows(["job-d"])["job-d"].lease_moved(copy)  # the sweep's sign
+    assert moved.matches(live) and not copy.matches(live)
+    earlier = SimpleNamespace(headers={"x-delivery-count": 0},
+                              delivery_info={"routing_key": "short"})
+    assert last_chance(earlier, moved, store, cfg) is moved  # not the last: untouched
