@@ -277,7 +277,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     (:mod:`scheduler.outages`); :class:`StoreUnavailable` means the budget ran out.
     """
     request.recur_outage_deadline = None  # a new run: a whole budget
-    request.recur_dispatch = dispatch
+    request.recur_live_dispatch = dispatch
 
     def budget() -> float:
         return budget_left(request, cfg)
@@ -296,7 +296,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
                     dispatch.lease_us, "none" if live is None else
                     f"token {live[0]} (lease {live[1] and micros(live[1])})")
         return None
-    dispatch = request.recur_dispatch = last_chance(request, dispatch, store, cfg)
+    dispatch = request.recur_live_dispatch = last_chance(request, dispatch, store, cfg)
     try:
         result = run()
     except (*NOT_A_FAILED_RUN, PermanentFailure):  # running again soon would not help

@@ -125,10 +125,12 @@ FINISH = delete(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED)
 # set_lease: move the end of the live dispatch's lease (token-checked), so a
-# failed run's row is due again in seconds instead of after the whole lease.
+# failed run's row is due again in seconds instead of after the whole lease. A
+# lease already there counts as no change (a settle journal's replay of it too).
 SET_LEASE = update(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED,
+    due_jobs.c.due_at != bindparam("lease", type_=UtcDateTime()),
 ).values(due_at=bindparam("lease", type_=UtcDateTime()),
          updated_at=bindparam("now", type_=UtcDateTime()))
 # The scheduler's statements. claim_rows: the earliest due scheduled rows of

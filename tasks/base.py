@@ -87,7 +87,7 @@ class MessageTask(Task):  # type: ignore[misc]
 
     def live_dispatch(self, delivered: Dispatch) -> Dispatch:
         """The dispatch as this run left it (its last delivery moves the lease stamp)."""
-        moved = getattr(self.request, "recur_dispatch", None)
+        moved = getattr(self.request, "recur_live_dispatch", None)
         return moved if isinstance(moved, Dispatch) else delivered
 
     def hand_back(self, dispatch: Dispatch, exc: Exception) -> None:
