@@ -166,7 +166,9 @@ class Settings:
     lease_seconds: float = field(
         default=1800.0,
         metadata=_doc("How long a dispatched job may stay unfinished before it is dispatched "
-                      "again; above the long bucket's time limit plus queueing."))
+                      "again: above the long bucket's time limit plus queueing. Only a copy "
+                      "lost without trace waits for it; dead-lettered copies and settle "
+                      "writes lost in a crash come back in seconds (docs/scheduler.md)."))
     outage_budget: float = field(
         default=20.0,
         metadata=_doc("Seconds a task waits in place (retrying with backoff) for the due-jobs "

@@ -42,7 +42,8 @@ class DeadMessage:
     error: str
 
 
-def _reason(headers: dict[str, Any]) -> tuple[str, str]:
+def reason_of(headers: dict[str, Any]) -> tuple[str, str]:
+    """Why a message was dead-lettered, and from which queue (``due_jobs``: by recur)."""
     if "x-recur-reason" in headers:  # a poison job the scheduler dead-lettered
         return str(headers["x-recur-reason"]), "due_jobs"
     deaths = headers.get("x-death") or [{}]
@@ -53,7 +54,7 @@ def _reason(headers: dict[str, Any]) -> tuple[str, str]:
 
 def _describe(raw: Any, error_of: Callable[[str], str]) -> DeadMessage:
     headers = dict(raw.headers or {})
-    reason, queue = _reason(headers)
+    reason, queue = reason_of(headers)
     task_id = str(headers.get("id", ""))
     try:
         args = json.loads(raw.body)[0]

@@ -99,7 +99,20 @@ def _header(request: Any, name: str) -> Any:
 
 def dispatch_of(request: Any) -> Dispatch | None:
     """The dispatch a task request carries (the scheduler's header), or None."""
-    value = _header(request, DISPATCH_HEADER)
+    return parse_dispatch(_header(request, DISPATCH_HEADER))
+
+
+def dispatch_in(headers: Mapping[str, Any]) -> Dispatch | None:
+    """The dispatch a raw message's headers carry (a dead letter's, say), or None;
+    a malformed header counts as none: such a copy is nobody's live dispatch."""
+    try:
+        return parse_dispatch(headers.get(DISPATCH_HEADER))
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_dispatch(value: Any) -> Dispatch | None:
+    """A ``recur_dispatch`` header value as a :class:`Dispatch` (None: no header)."""
     if value is None:
         return None
     key, token, lease, *rest = value
@@ -264,6 +277,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
     (:mod:`scheduler.outages`); :class:`StoreUnavailable` means the budget ran out.
     """
     request.recur_outage_deadline = None  # a new run: a whole budget
+    request.recur_live_dispatch = dispatch
 
     def budget() -> float:
         return budget_left(request, cfg)
@@ -282,13 +296,13 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings, run: Any) ->
                     dispatch.lease_us, "none" if live is None else
                     f"token {live[0]} (lease {live[1] and micros(live[1])})")
         return None
-    last_chance(request, dispatch, store, cfg)
+    dispatch = request.recur_live_dispatch = last_chance(request, dispatch, store, cfg)
     try:
         result = run()
     except (*NOT_A_FAILED_RUN, PermanentFailure):  # running again soon would not help
         raise
     except Exception:
-        retry_soon(dispatch, store)
+        retry_soon(dispatch, store, budget())
         raise
     settle(request, dispatch, store, budget())
     return result
@@ -323,34 +337,59 @@ def settle(request: Any, dispatch: Dispatch, store: DueStore, budget: float) -> 
                     "meanwhile", dispatch.job_key, dispatch.token)
 
 
-def retry_soon(dispatch: Dispatch, store: DueStore) -> None:
+def retry_soon(dispatch: Dispatch, store: DueStore, budget: float = 0.0) -> None:
     """A run failed (its message goes to the dead-letter queue as rejected): make its
     row due again in a few seconds rather than when the whole lease runs out. The
-    row's attempts still count, so a job that keeps failing ends in ``.dead``."""
-    shorten_lease(dispatch, store, utcnow() + timedelta(seconds=RETRY_FAILED_AFTER),
-                  "failed run")
+    row's attempts still count, so a job that keeps failing ends in ``.dead``. A store
+    outage is ridden out within what is left of the run's budget: the dead-letter
+    sweep (scheduler/dead_sweep.py) reads a rejected copy whose lease was never moved
+    as a failure for good, left to its lease."""
+    until = utcnow() + timedelta(seconds=RETRY_FAILED_AFTER)
+    shorten_lease(dispatch, store, until, "failed run", budget)
 
 
-def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings) -> None:
+def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings
+                ) -> Dispatch:
     """On the delivery the queue's limit allows last, shorten the row's lease to the
     bucket's hard time limit: if this delivery dies too, the broker dead-letters the
     copy and the row comes back after that, not after RECUR_LEASE_SECONDS.
-    (The copy's lease stamp then no longer matches; nothing redelivers it anyway.)"""
+
+    The lease always moves (by a millisecond at least, when it already ends sooner):
+    a moved lease is how the dead-letter sweep tells a copy whose last delivery
+    started a run and died (poison: the job is dead-lettered) from one that was
+    returned by consumers that died or lost their connection before running it
+    (dispatched again at once). Returns the dispatch as it now stands (the moved
+    lease stamp): a message handed back from this delivery carries it, so its
+    new copy is still the live one."""
     count = _header(request, "x-delivery-count")
     bucket = bucket_table().by_queue.get(queue_of(request) or "")
     if cfg.queue_type != "quorum" or bucket is None or int(count or 0) < cfg.max_deliveries - 1:
-        return
+        return dispatch
     until = utcnow() + timedelta(seconds=bucket.time_limit + LEASE_MARGIN)
-    shorten_lease(dispatch, store, until, "last delivery")
+    if dispatch.lease_us is not None:
+        until = min(until, EPOCH + timedelta(microseconds=dispatch.lease_us - MOVED_US))
+    if not shorten_lease(dispatch, store, until, "last delivery"):
+        return dispatch
+    return Dispatch(dispatch.job_key, dispatch.token, micros(until), dispatch.due_us)
 
 
-def shorten_lease(dispatch: Dispatch, store: DueStore, until: datetime, why: str) -> None:
-    """End the dispatch's lease at ``until`` if that is sooner than its lease stamp
-    (best effort: if the store is down the lease simply runs its course)."""
+#: How far the last delivery moves a lease that already ends sooner than its own
+#: would (microseconds): enough to show that the delivery started.
+MOVED_US = 1000
+
+
+def shorten_lease(dispatch: Dispatch, store: DueStore, until: datetime, why: str,
+                  budget: float = 0.0) -> bool:
+    """End the dispatch's lease at ``until`` if that is sooner than its lease stamp;
+    whether it moved (best effort: if the store stays down past ``budget`` seconds
+    the lease simply runs its course)."""
     if dispatch.lease_us is not None and dispatch.lease_us <= micros(until):
-        return
+        return False
     try:
-        store.set_lease(dispatch.job_key, dispatch.token, until)
+        return ride_out(f"job {dispatch.job_key}: move its lease ({why})",
+                        lambda: store.set_lease(dispatch.job_key, dispatch.token, until),
+                        budget)
     except StoreError as exc:
         log.warning("job %s: cannot shorten its lease (%s): %s; it is dispatched again "
                     "when the lease runs out", dispatch.job_key, why, exc)
+        return False

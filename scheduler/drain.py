@@ -1,7 +1,9 @@
 """The scheduler process: keep every bucket queue fed from the due-jobs store.
 
 Each pass: move jobs whose lease ran out ``max_deliveries`` times to their
-dead-letter queue, put other rows whose lease ran out back to scheduled, then
+dead-letter queue, put other rows whose lease ran out back to scheduled, judge
+the copies in the ``.dead`` queues (a never-run copy's job is dispatched again
+at once: scheduler/dead_sweep.py), then
 per bucket, when its queue holds fewer ready messages than the low watermark, dispatch due
 rows (earliest first) until it holds the high watermark; if nothing is due and
 pull-forward is on for the bucket, dispatch its earliest future rows up to the
@@ -24,6 +26,7 @@ from config.buckets import Bucket
 from config.errors import ConfigError, ServiceUnavailable
 from config.settings import Settings
 from scheduler.calls import utcnow
+from scheduler.dead_sweep import DeadSweep
 from scheduler.fill_lock import FillLocks
 from scheduler.periodic import PeriodicEntry, entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
@@ -79,6 +82,7 @@ class Scheduler:
     _paused: set[str] = field(default_factory=set)
     backoff: Backoff = field(default_factory=Backoff)
     _fill_locks: FillLocks | None = None
+    _dead_sweep: DeadSweep | None = None
 
     def __post_init__(self) -> None:
         if self.summary is None:
@@ -89,6 +93,13 @@ class Scheduler:
         if self._fill_locks is None:
             self._fill_locks = FillLocks(self.store)
         return self._fill_locks
+
+    @property
+    def dead_sweep(self) -> DeadSweep:
+        if self._dead_sweep is None:
+            self._dead_sweep = DeadSweep(self.store, self.publisher, self.cfg.buckets.buckets,
+                                         self.cfg.max_deliveries)
+        return self._dead_sweep
 
     @property
     def pull_forward(self) -> set[str]:
@@ -164,7 +175,7 @@ class Scheduler:
                       ", ".join(f"{b}={n}" for b, n in sorted(recovered.items())))
         assert self.summary is not None
         self.summary.leases(recovered, dead)
-        moved = sum(recovered.values()) + sum(dead.values())
+        moved = sum(recovered.values()) + sum(dead.values()) + self.dead_sweep.run()
         fired = self.store.fire_periodic(now)
         if fired:
             log.info("periodic entries fired: %s", ", ".join(fired))

@@ -22,3 +22,11 @@ DEAD_LETTERED = Counter("recur_scheduler_dead_lettered",
 STALE_DROPPED = Counter("recur_stale_copies_dropped",
                         "Dispatched copies a worker dropped or left unsettled because the job "
                         "was dispatched again meanwhile (their token was stale).", ["action"])
+DEAD_COPIES = Counter("recur_scheduler_dead_copies",
+                      "Copies the dead-letter sweep judged, by bucket and verdict: dispatched "
+                      "again (never ran), dropped (stale), dead-lettered (poison), watched "
+                      "or kept.", ["bucket", "verdict"])
+SETTLES_REAPPLIED = Counter("recur_settles_reapplied",
+                            "Settle writes (reschedule, finish, lease) a worker wrote again "
+                            "after the database restarted, by whether the crash had lost them.",
+                            ["lost"])

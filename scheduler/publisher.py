@@ -71,15 +71,16 @@ REASON_HEADER = "x-recur-reason"
 JOB_HEADER = "x-recur-job"
 
 
-def dead_message(row: Claimed) -> TaskMessage:
+def dead_message(row: Claimed, reason: str | None = None) -> TaskMessage:
     """The dead-letter copy of a poison job: a plain task message (no dispatch
     header), so a replayed copy runs as an ordinary message and a recurring
-    one re-creates its row when it reschedules itself."""
+    one re-creates its row when it reschedules itself. ``reason`` defaults to
+    the lease path's (the row's attempts)."""
     args, kwargs, retries = decode_call(row.args, row.job_key, row.bucket)
     task_id = str(uuid.uuid4())
     headers: dict[str, Any] = {
         "task": row.task, "id": task_id, JOB_HEADER: row.job_key,
-        REASON_HEADER: f"lease expired {row.attempts} times",
+        REASON_HEADER: reason or f"lease expired {row.attempts} times",
     }
     if retries:
         headers["retries"] = retries
@@ -149,10 +150,19 @@ class ConfirmingPublisher:
         self._publish_all([(self.exchange, bucket_table().get(row.bucket).queue,
                             task_message(row)) for row in rows])
 
-    def publish_dead(self, rows: list[Claimed]) -> None:
+    def publish_dead(self, rows: list[Claimed], reason: str | None = None) -> None:
         """Put poison jobs on their buckets' dead-letter queues; return once confirmed."""
         self._publish_all([(DEAD_EXCHANGE.name, bucket_table().get(row.bucket).dead_queue,
-                            dead_message(row)) for row in rows])
+                            dead_message(row, reason)) for row in rows])
+
+    def channel(self) -> Any:
+        """A new plain channel on this connection (the dead-letter sweep reads with it)."""
+        if self._raw is None:
+            self.connect()
+        try:
+            return self._raw.channel()
+        except BROKER_ERRORS as exc:
+            raise BrokerUnavailable(f"broker: cannot open a channel: {exc}") from exc
 
     def _publish_all(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
         if self._pub is None:

@@ -59,6 +59,7 @@ from scheduler.schema import (
     due_tasks,
     periodic_entries,
 )
+from scheduler.store_journal import SettleJournal
 
 #: Counter of rows whose lease ran out and that were put back to be dispatched again.
 RECOVERED = "leases_recovered"
@@ -124,10 +125,12 @@ FINISH = delete(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED)
 # set_lease: move the end of the live dispatch's lease (token-checked), so a
-# failed run's row is due again in seconds instead of after the whole lease.
+# failed run's row is due again in seconds instead of after the whole lease. A
+# lease already there counts as no change (a settle journal's replay of it too).
 SET_LEASE = update(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED,
+    due_jobs.c.due_at != bindparam("lease", type_=UtcDateTime()),
 ).values(due_at=bindparam("lease", type_=UtcDateTime()),
          updated_at=bindparam("now", type_=UtcDateTime()))
 # The scheduler's statements. claim_rows: the earliest due scheduled rows of
@@ -150,6 +153,14 @@ MARK_DISPATCHED = update(due_jobs).where(
 ).values(state=DISPATCHED, token=due_jobs.c.token + 1,
          due_at=bindparam("lease", type_=UtcDateTime()), attempts=due_jobs.c.attempts + 1,
          updated_at=bindparam("now", type_=UtcDateTime()))
+
+
+# server_started: when the server started; a change means it restarted, and may
+# have lost the last settle writes (scheduler/store_journal.py).
+SERVER_STARTED = select(func.pg_postmaster_start_time())
+#: The worker's writes that commit without waiting for the WAL flush: a database crash
+#: may lose them, so each process writes its recent ones again after a restart.
+JOURNALED = (RESCHEDULE, FINISH, SET_LEASE)
 
 
 class RawStatements:
@@ -312,6 +323,8 @@ class DueStore:
         self.url = engine.url.render_as_string(hide_password=True)
         self.dialect = engine.dialect.name
         self._raw = RawStatements(engine, self.url) if self.dialect == "postgresql" else None
+        self._journal = None if self._raw is None else SettleJournal(
+            self._raw.execute, self._server_started)
         # Task name <-> code; a code never changes once given, so caching is safe.
         self._codes: dict[str, int] = {}
         self._names: dict[int, str] = {}
@@ -330,6 +343,14 @@ class DueStore:
         self.engine.dispose()
         if self._raw is not None:
             self._raw.close()
+        if self._journal is not None:
+            self._journal.close()
+
+    def _server_started(self) -> Any:
+        """When the PostgreSQL server started (a restart changes it)."""
+        assert self._raw is not None
+        row, _ = self._raw.execute("read the server's start time", SERVER_STARTED, {})
+        return row[0]
 
     @contextmanager
     def _tx(self, what: str) -> Iterator[Connection]:
@@ -344,16 +365,23 @@ class DueStore:
         once, autocommitted, with ``synchronous_commit off``: SQLAlchemy's
         per-execution work and the wait for the WAL flush were most of a
         worker's cost per job. Not waiting for the flush is safe here because
-        every such change is backed by the row's lease: if a database crash
-        loses it, the row is still dispatched and the lease brings the job back
-        (a duplicate run after a fault, never a lost job). Producers' schedules
-        and the scheduler's dispatches stay fully durable.
+        every such write is kept by this process for a few seconds and written
+        again if the server restarted meanwhile (scheduler/store_journal.py), and
+        behind that is the row's lease: a crash that loses one leaves the row
+        dispatched, never a lost job. Producers' schedules and the scheduler's
+        dispatches stay fully durable.
         """
         if self._raw is None:
             with self._tx(what) as conn:
                 result = conn.execute(stmt, params)
                 return (result.first() if result.returns_rows else None), result.rowcount
-        return self._raw.execute(what, stmt, params)
+        if not any(stmt is journaled for journaled in JOURNALED):
+            return self._raw.execute(what, stmt, params)
+        assert self._journal is not None
+        self._journal.before_write()
+        done = self._raw.execute(what, stmt, params)
+        self._journal.record(what, stmt, params)
+        return done
 
     def _key_in(self, keys: list[str]) -> Any:
         """``job_key`` is one of ``keys``: on PostgreSQL one array parameter (``= ANY``),

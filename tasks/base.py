@@ -77,14 +77,19 @@ class MessageTask(Task):  # type: ignore[misc]
             return run_dispatched(self.request, dispatch, settings(), lambda: aio.settle(
                 self, super(MessageTask, self).__call__(*args, **kwargs)))
         except StoreUnavailable as exc:
-            return self.hand_back(dispatch, exc)
+            return self.hand_back(self.live_dispatch(dispatch), exc)
         except Reject as exc:
             if isinstance(exc.reason, StoreUnavailable):  # retry() wraps its apply_async
-                return self.hand_back(dispatch, exc.reason)
+                return self.hand_back(self.live_dispatch(dispatch), exc.reason)
             if isinstance(exc.reason, StoreError):
                 log.warning("job %s: %s; requeueing the message", dispatch.job_key, exc.reason)
                 raise Reject(exc.reason, requeue=True) from exc
             raise
+
+    def live_dispatch(self, delivered: Dispatch) -> Dispatch:
+        """The dispatch as this run left it (its last delivery moves the lease stamp)."""
+        moved = getattr(self.request, "recur_live_dispatch", None)
+        return moved if isinstance(moved, Dispatch) else delivered
 
     def hand_back(self, dispatch: Dispatch, exc: Exception) -> None:
         """Publish this message again (same dispatch header, so still the job's live

@@ -64,14 +64,19 @@ def test_a_job_whose_lease_keeps_expiring_is_dead_lettered_and_its_row_deleted(
     wait_for(lambda: row_gone(store, job.job_key), 10, "its row to be deleted")
     [dead] = scheduler_copies(broker, "short")
     limit = settings().max_deliveries
-    assert dead.reason == f"lease expired {limit} times"
+    if dead.reason.startswith("delivery limit"):
+        # A copy whose last delivery died too within its (2 s) lease: the dead-letter
+        # sweep dead-lettered the job (tests/faults/test_lost_copies.py, at the defaults).
+        assert task == "tests.crash_worker"
+    else:
+        assert dead.reason == f"lease expired {limit} times"
+        assert "moved to the dead-letter queues: short=1" in scheduler.log()
     assert dead.task == task and dead.args[0]["id"] == job.job_key
     # It ran (a copy whose lease ran out while a killed worker restarted is
     # dropped as stale, so not every dispatch runs), at most once per broker
     # delivery of each dispatch, and it stopped.
     ran = attempts(redis_client, job.job_key)
     assert 1 <= ran <= limit * limit
-    assert "moved to the dead-letter queues: short=1" in scheduler.log()
     store.close()
 
 

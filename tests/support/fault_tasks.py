@@ -46,3 +46,10 @@ def always_transient(self: MessageTask, message: Any) -> None:
     self.message(message)
     n = count_attempt(message)
     raise ConnectionError(f"downstream unavailable for {message['id']} attempt {n}")
+
+
+@app.task(bind=True, base=MessageTask, name="tests.count_run")
+def count_run(self: MessageTask, message: Any) -> None:
+    """Count the run and succeed (a one-shot job: its row is finished)."""
+    self.message(message)
+    count_attempt(message)

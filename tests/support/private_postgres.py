@@ -35,6 +35,8 @@ class PrivatePostgres:
 
     root: Path
     port: int
+    #: Extra server settings (``-c name=value ...``), e.g. to make a crash lose more.
+    options: str = ""
 
     @property
     def data(self) -> Path:
@@ -47,18 +49,23 @@ class PrivatePostgres:
     def start(self) -> None:
         as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "log"),
                     "-w", "-o", f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                    "-c fsync=off", "start")
+                    f"-c fsync=off {self.options}", "start")
 
     def stop(self) -> None:
         as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
+    def crash(self) -> None:
+        """Stop as a crash does (``-m immediate``): WAL not yet written is lost."""
+        as_postgres(str(BIN / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
 
 @contextmanager
-def private_postgres() -> Iterator[PrivatePostgres]:
-    """A started private server; stopped and deleted afterwards."""
+def private_postgres(options: str = "") -> Iterator[PrivatePostgres]:
+    """A started private server (with extra server ``options``); stopped and deleted
+    afterwards."""
     root = Path(tempfile.mkdtemp(prefix="recur-pg-"))
     shutil.chown(root, "postgres", "postgres")
-    server = PrivatePostgres(root, services.free_port())
+    server = PrivatePostgres(root, services.free_port(), options)
     as_postgres(str(BIN / "initdb"), "-D", str(server.data), "-A", "trust", "-U", "postgres",
                 "--no-sync")
     server.start()

@@ -1,0 +1,85 @@
+"""The due-jobs store's statements for the dead-letter sweep (scheduler/dead_sweep.py).
+
+Each write locks the row and checks the copy's dispatch again inside its
+transaction (the sweep's verdict was read a moment before): a row that moved
+on meanwhile is left alone. The writes are durable (the scheduler's
+transactions keep ``synchronous_commit`` on).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, select, update
+
+from scheduler.calls import Dispatch
+from scheduler.dead_verdict import RowState
+from scheduler.schema import SCHEDULED, due_jobs
+from scheduler.store import DEAD_LETTERED, RECOVERED, Claimed, DueStore
+
+#: Publishes one job's dead letter (with its reason) and returns once confirmed.
+DeadPublisher = Callable[[list[Claimed], str], None]
+
+# dead_copy_rows: the rows of the dead copies' jobs, by primary key.
+_ROWS = select(due_jobs.c.job_key, due_jobs.c.token, due_jobs.c.due_at, due_jobs.c.state)
+# locked_dispatch: one row, locked for the verdict's write.
+_LOCKED = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.bucket, due_jobs.c.args,
+                  due_jobs.c.token, due_jobs.c.due_at, due_jobs.c.state, due_jobs.c.attempts)
+           .with_for_update())
+
+
+class DeadCopies:
+    """Reads and writes the rows behind dead copies, through one store."""
+
+    def __init__(self, store: DueStore) -> None:
+        self.store = store
+
+    def rows(self, keys: Collection[str]) -> dict[str, RowState]:
+        """The state of each existing row among ``keys`` (one statement)."""
+        if not keys:
+            return {}
+        with self.store._tx("read the rows of dead copies") as conn:
+            found = conn.execute(_ROWS.where(self.store._key_in(sorted(keys))))
+            return {r.job_key: RowState(int(r.token), r.due_at, int(r.state)) for r in found}
+
+    def _locked(self, conn: Connection, copy: Dispatch) -> Any:
+        """The row of ``copy``'s job, locked, if ``copy`` is still its live dispatch."""
+        row = conn.execute(_LOCKED.where(due_jobs.c.job_key == copy.job_key)).first()
+        if row is None or not RowState(row.token, row.due_at, row.state).is_live(copy):
+            return None
+        return row
+
+    def dispatch_again(self, copy: Dispatch, now: datetime) -> str | None:
+        """Make the job of a copy that never ran due now (its next dispatch gets a new
+        token); returns its bucket, or None when the row moved on or a worker moved
+        its lease meanwhile. Counted with the recovered leases."""
+        with self.store._tx("dispatch a dead-lettered copy's job again") as conn:
+            row = self._locked(conn, copy)
+            if row is None or RowState(row.token, row.due_at, row.state).lease_moved(copy):
+                return None
+            # redispatch_dead_copy: back to scheduled, due now (token kept).
+            conn.execute(update(due_jobs).where(due_jobs.c.job_key == copy.job_key)
+                         .values(state=SCHEDULED, due_at=now, updated_at=now))
+            self.store._add_counters(conn, RECOVERED, Counter({row.bucket: 1}))
+        return str(row.bucket)
+
+    def bury(self, copy: Dispatch, reason: str, publish: DeadPublisher) -> str | None:
+        """Dead-letter the job of a copy that killed its worker on its last delivery:
+        publish its plain dead letter (confirmed), then delete the row, in one
+        transaction (a crash in between leaves a duplicate dead letter, never a
+        loss). Returns its bucket, or None when the row moved on meanwhile."""
+        with self.store._tx("dead-letter a job that killed its worker") as conn:
+            row = self._locked(conn, copy)
+            if row is None or not RowState(row.token, row.due_at, row.state).lease_moved(copy):
+                return None
+            claimed = Claimed(job_key=row.job_key, task=self.store._task_name(conn, row.task_id),
+                              bucket=row.bucket, args=row.args, due_at=row.due_at,
+                              token=row.token, lease_until=row.due_at, attempts=row.attempts)
+            publish([claimed], reason)
+            # bury_job: the row just dead-lettered (still locked by us).
+            conn.execute(delete(due_jobs).where(due_jobs.c.job_key == copy.job_key))
+            self.store._add_counters(conn, DEAD_LETTERED, Counter({row.bucket: 1}))
+        return str(row.bucket)
