@@ -13,6 +13,9 @@ broker),
 * cycle: ``--cycle-threads`` threads claiming 1,000 at a time and rescheduling
   each job 10,000 s later for ``--cycle-seconds``: cycles/s while every row is
   due, what one primary sustains for claim + reschedule;
+  while autovacuum runs as at its defaults (``bench/autovacuum.py`` emulates it
+  when the server has it off, as this machine's has): its runs, per table or
+  partition, and how long each took;
 * then one ``VACUUM`` of the whole table (all its partitions), timed, and the
   dead tuples and sizes summed over the partitions.
 
@@ -34,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from bench import scheduler_env as benv  # first: points the settings at the bench resources
+from bench.autovacuum import Autovacuum, autovacuum_is_on
 from bench.bench_store_scale import PERIOD_SECONDS, claim_batch, cost_figures
 from bench.results_io import write_result
 
@@ -146,7 +150,12 @@ def measure(store: Any, name: str, rows: int, indexes: list[str], args: Any) -> 
     seeded = seed(rows)
     step: dict[str, Any] = {"layout": name, "rows": rows, "seed_seconds": round(seeded, 1),
                             "claim_plan": claim_plan(), **costs(store)}
+    emulated = None if autovacuum_is_on() else Autovacuum(TABLE)
+    if emulated is not None:
+        emulated.start()
     step["cycle"] = cycle(store, args.cycle_seconds, args.cycle_threads)
+    step["autovacuum"] = "server" if emulated is None else {
+        "emulated": True, "runs": emulated.stop()}
     step["before_vacuum"] = tree_stats()
     t0 = time.monotonic()
     benv.pg(f"VACUUM {TABLE}")
@@ -163,7 +172,7 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--layouts", default="plain,hash8,plain")
-    parser.add_argument("--cycle-seconds", type=float, default=60)
+    parser.add_argument("--cycle-seconds", type=float, default=120)
     parser.add_argument("--cycle-threads", type=int, default=4)
     args = parser.parse_args()
     from scheduler.store import DueStore, close_stores

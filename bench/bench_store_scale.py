@@ -19,7 +19,8 @@ methods (the scheduler's and the workers' statements; no broker):
 Then, at ``--cycle-at`` (default the largest size), the recurring cycle for
 ``--cycle-seconds``: ``--cycle-threads`` threads each claim the due rows 1,000
 at a time and reschedule every one 10,000 s later (as workers would), with
-autovacuum at its defaults. Every ``--sample-seconds`` it records cycles/s,
+autovacuum at its defaults (emulated by ``bench/autovacuum.py`` when the
+server has it off, as this machine's has). Every ``--sample-seconds`` it records cycles/s,
 the oldest due row's lag, live and dead tuples, autovacuum runs (and whether
 one is running now, with its progress), table and index sizes, the machine's
 busy share and load average; at the end one plain ``VACUUM`` of the table (the
@@ -207,8 +208,11 @@ def sample(t0: float, cycles: int, last: dict[str, Any]) -> dict[str, Any]:
 
 def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, Any]:
     """Jobs going round (claim, reschedule one period later) for ``seconds``,
-    sampled every ``every`` seconds."""
+    sampled every ``every`` seconds; autovacuum emulated if the server has it off."""
+    from bench.autovacuum import Autovacuum, autovacuum_is_on
     from bench.proc_stats import machine_busy_seconds
+
+    emulated = None if autovacuum_is_on() else Autovacuum(f"{benv.SCHEMA}.due_jobs")
 
     done = [0] * threads
     stop = threading.Event()
@@ -229,6 +233,8 @@ def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, A
     t0 = time.monotonic()
     for runner in runners:
         runner.start()
+    if emulated is not None:
+        emulated.start()
     busy, total = machine_busy_seconds()
     samples = [{"at_s": 0, "cycles": 0, "busy": busy, "total": total}]
     while time.monotonic() - t0 < seconds:
@@ -241,6 +247,7 @@ def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, A
     stop.set()
     for runner in runners:
         runner.join()
+    vacuums = "server" if emulated is None else {"emulated": True, "runs": emulated.stop()}
     elapsed = time.monotonic() - t0
     stats = store.stats(datetime.now(UTC))["short"]
     lag = (datetime.now(UTC) - stats.oldest_due_at).total_seconds() \
@@ -250,7 +257,8 @@ def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, A
     benv.pg(f"VACUUM {benv.SCHEMA}.due_jobs")  # what autovacuum will have to do
     vacuum_seconds = time.monotonic() - t0
     return {"seconds": round(elapsed), "threads": threads, "cycles": sum(done),
-            "cycles_per_s": round(sum(done) / elapsed), "due_now_at_end": stats.due,
+            "cycles_per_s": round(sum(done) / elapsed), "autovacuum": vacuums,
+            "due_now_at_end": stats.due,
             "oldest_due_lag_s_at_end": round(lag), "before": before, "samples": samples,
             "after": after, "vacuum_seconds": round(vacuum_seconds, 1),
             "after_vacuum": {"storage": storage(), **table_stats()},
