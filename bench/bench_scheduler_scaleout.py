@@ -205,15 +205,15 @@ class Activity(threading.Thread):
 
     def sample(self) -> None:
         rows = self.conn.execute(
-            "SELECT a.pid, a.state, a.wait_event_type, EXISTS (SELECT 1 FROM pg_locks l "
-            "WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted "
+            "SELECT a.pid, a.state, a.wait_event_type, a.wait_event, EXISTS (SELECT 1 "
+            "FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted "
             "AND l.classid::bigint = %s AND l.objid::bigint = %s), (SELECT count(*) "
             "FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'advisory' AND l.granted "
             "AND l.objsubid = 2 AND l.classid::bigint = %s) "
             "FROM pg_stat_activity a WHERE a.application_name = %s",
             (*self.lock_ids, self.mark_id, APP_NAME)).fetchall()
         self.samples += 1
-        for pid, state, wait, holds, marks in rows:
+        for pid, state, wait, event, holds, marks in rows:
             self.last_ticks[pid] = max(self.last_ticks.get(pid, 0), proc_ticks(pid))
             self.totals["batches_in_flight"] += marks
             if marks:
@@ -222,6 +222,8 @@ class Activity(threading.Thread):
             if state == "active":
                 self.totals["active"] += 1
                 self.totals[f"active_wait_{wait or 'cpu'}"] += 1
+                if wait == "Lock":  # advisory: the fill lock; extend, tuple, transactionid
+                    self.totals[f"active_wait_Lock_{event}"] += 1
             if holds:
                 self.holders[pid] += 1
 
@@ -238,6 +240,10 @@ class Activity(threading.Thread):
                 "own_backends": len(self.last_ticks), "mean_backends": per_sample,
                 "lock_wait_share_of_active": round(
                     self.totals["active_wait_Lock"] / max(1, self.totals["active"]), 3),
+                "row_lock_wait_share_of_active": round(
+                    (self.totals["active_wait_Lock_tuple"]
+                     + self.totals["active_wait_Lock_transactionid"])
+                    / max(1, self.totals["active"]), 3),
                 "fill_lock_held_share": round(held / n, 2),
                 "fill_lock_holders": len(self.holders),
                 "fill_lock_top_holder_share": round(
