@@ -16,23 +16,36 @@ methods (the scheduler's and the workers' statements; no broker):
   publisher confirms) of 10,000 due rows into RabbitMQ, rows/s;
 * storage: table and index bytes, per job.
 
-Then, at the largest size, the recurring cycle for ``--cycle-seconds``:
-``--cycle-threads`` threads each claim the due rows 1,000 at a time and
-reschedule every one 10,000 s later (as workers would), with autovacuum at
-its defaults: cycles/s reached, the oldest due row's lag at the end, dead
-tuples, autovacuum runs, table and index size before and after; then one
-plain ``VACUUM`` of the table (the work autovacuum has ahead of it), timed,
-and the sizes after it.
+Then, at ``--cycle-at`` (default the largest size), the recurring cycle for
+``--cycle-seconds``: ``--cycle-threads`` threads each claim the due rows 1,000
+at a time and reschedule every one 10,000 s later (as workers would), with
+autovacuum at its defaults (emulated by ``bench/autovacuum.py`` when the
+server has it off, as this machine's has). Every ``--sample-seconds`` it records cycles/s,
+the oldest due row's lag, live and dead tuples, autovacuum runs (and whether
+one is running now, with its progress), table and index sizes, the machine's
+busy share and load average; at the end one plain ``VACUUM`` of the table (the
+work autovacuum still has ahead of it), timed, and the sizes after it. Sizes
+above ``--cycle-at`` are seeded and measured after the cycle (static figures
+only). From ``--bulk-from`` on, a step is seeded with the secondary indexes
+dropped and rebuilt after (a sorted bulk load's packed indexes, and minutes
+instead of tens of minutes on two cores); the step records that it was.
 
-Runs in its own PostgreSQL schema (and vhost), removed afterwards.
+The result is written after every step, so a run cut short keeps what it
+measured. Runs in its own PostgreSQL schema (and vhost), removed afterwards.
 
     python -m bench.bench_store_scale [--sizes 1000000,10000000] [--cycle-seconds 300]
+    # the 30-minute soak at 10M, then 30M static figures:
+    python -m bench.bench_store_scale --sizes 1000000,10000000,30000000 \
+        --cycle-at 10000000 --cycle-seconds 1800 --sample-seconds 60 \
+        --bulk-from 30000000 --result store_scale_soak
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -47,14 +60,28 @@ PERIOD_SECONDS = 10_000
 BATCH = 1000
 
 
-def seed(start: int, size: int) -> float:
-    """Add jobs ``start+1..size`` in 1M chunks; seconds taken."""
+def secondary_indexes() -> list[tuple[str, str]]:
+    """(name, CREATE INDEX statement) of every index of due_jobs but the primary key."""
+    rows = benv.pg(f"SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) "
+                   f"FROM pg_index i WHERE i.indrelid = '{benv.SCHEMA}.due_jobs'::regclass "
+                   f"AND NOT i.indisprimary")
+    return [(str(name), str(ddl)) for name, ddl in rows]
+
+
+def seed(start: int, size: int, bulk: bool = False) -> float:
+    """Add jobs ``start+1..size`` in 1M chunks; seconds taken. ``bulk``: with the
+    secondary indexes dropped during the load and built again after it."""
     t0 = time.monotonic()
+    rebuild = secondary_indexes() if bulk else []
+    for name, _ in rebuild:
+        benv.pg(f"DROP INDEX {name}")
     for first in range(start, size, CHUNK):
         count = min(CHUNK, size - first)
         benv.pg(benv.seed_sql(count, "short", "now() - interval '5 minutes' + "
                               f"((i % {CHUNK}) * interval '{PERIOD_SECONDS / CHUNK * 1e6:.0f} "
                               "microseconds')", start=first))
+    for _, ddl in rebuild:
+        benv.pg(ddl)
     benv.pg(f"VACUUM ANALYZE {benv.SCHEMA}.due_jobs")
     return time.monotonic() - t0
 
@@ -63,6 +90,41 @@ def storage() -> dict[str, Any]:
     from bench.bench_scheduler_scale import storage as measured
 
     return measured()
+
+
+def sizes() -> dict[str, Any]:
+    """Table and index bytes without counting rows (cheap enough to sample each minute)."""
+    total, table = benv.pg(f"SELECT pg_total_relation_size('{benv.SCHEMA}.due_jobs'), "
+                           f"pg_relation_size('{benv.SCHEMA}.due_jobs')")[0]
+    indexes = benv.pg(
+        f"SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+        f"WHERE indrelid = '{benv.SCHEMA}.due_jobs'::regclass")
+    return {"total_mb": round(int(total) / 2**20), "table_mb": round(int(table) / 2**20),
+            "indexes_mb": {str(name).rsplit(".", 1)[-1]: round(int(size) / 2**20)
+                           for name, size in indexes}}
+
+
+def vacuum_now() -> dict[str, Any] | None:
+    """The (auto)vacuum running on due_jobs now, with its progress; None if none."""
+    rows = benv.pg(
+        "SELECT p.phase, p.heap_blks_total, p.heap_blks_scanned, p.index_vacuum_count, "
+        "a.query LIKE 'autovacuum:%' FROM pg_stat_progress_vacuum p "
+        "JOIN pg_stat_activity a USING (pid) "
+        f"WHERE p.relid = '{benv.SCHEMA}.due_jobs'::regclass")
+    if not rows:
+        return None
+    phase, total, scanned, index_passes, auto = rows[0]
+    return {"phase": phase, "heap_scanned_share": round(int(scanned) / max(int(total), 1), 2),
+            "index_passes": index_passes, "autovacuum": bool(auto)}
+
+
+def head_lag() -> dict[str, Any]:
+    """The oldest scheduled row's lag and the rows due now (two reads of the drain index)."""
+    oldest, due = benv.pg(
+        f"SELECT extract(epoch FROM now() - min(due_at)), count(*) FILTER (WHERE due_at <= now()) "
+        f"FROM (SELECT due_at FROM {benv.SCHEMA}.due_jobs WHERE bucket = 'short' AND state = 0 "
+        f"ORDER BY due_at LIMIT 100000) AS head")[0]
+    return {"oldest_due_lag_s": round(max(0.0, float(oldest or 0)), 1), "due_now": due}
 
 
 def table_stats() -> dict[str, Any]:
@@ -130,8 +192,28 @@ def cost_figures(claims: list[float], claimed: list[Any], reschedules: list[floa
             "status_seconds": round(status, 2)}
 
 
-def cycle(store: Any, seconds: float, threads: int) -> dict[str, Any]:
-    """Jobs going round (claim, reschedule one period later) for ``seconds``."""
+def sample(t0: float, cycles: int, last: dict[str, Any]) -> dict[str, Any]:
+    """One soak sample; ``last`` is the previous one (cycles and CPU since then)."""
+    from bench.proc_stats import machine_busy_seconds
+
+    busy, total = machine_busy_seconds()
+    at = time.monotonic() - t0
+    rate = (cycles - last["cycles"]) / max(at - last["at_s"], 1e-9)
+    share = (busy - last["busy"]) / max(total - last["total"], 1e-9)
+    return {"at_s": round(at), "cycles": cycles, "cycles_per_s": round(rate),
+            "machine_busy_share": round(share, 2), "load_avg_1m": os.getloadavg()[0],
+            **head_lag(), **table_stats(), "sizes": sizes(), "vacuum_running": vacuum_now(),
+            "busy": busy, "total": total}
+
+
+def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, Any]:
+    """Jobs going round (claim, reschedule one period later) for ``seconds``,
+    sampled every ``every`` seconds; autovacuum emulated if the server has it off."""
+    from bench.autovacuum import Autovacuum, autovacuum_is_on
+    from bench.proc_stats import machine_busy_seconds
+
+    emulated = None if autovacuum_is_on() else Autovacuum(f"{benv.SCHEMA}.due_jobs")
+
     done = [0] * threads
     stop = threading.Event()
 
@@ -151,14 +233,21 @@ def cycle(store: Any, seconds: float, threads: int) -> dict[str, Any]:
     t0 = time.monotonic()
     for runner in runners:
         runner.start()
-    samples = []
+    if emulated is not None:
+        emulated.start()
+    busy, total = machine_busy_seconds()
+    samples = [{"at_s": 0, "cycles": 0, "busy": busy, "total": total}]
     while time.monotonic() - t0 < seconds:
-        time.sleep(min(30.0, max(0.1, seconds - (time.monotonic() - t0))))
-        samples.append({"at_s": round(time.monotonic() - t0), "cycles": sum(done),
-                        **table_stats()})
+        time.sleep(min(every, max(0.1, seconds - (time.monotonic() - t0))))
+        samples.append(sample(t0, sum(done), samples[-1]))
+        print({k: v for k, v in samples[-1].items() if k not in ("busy", "total")}, flush=True)
+    for kept in samples:
+        kept.pop("busy")
+        kept.pop("total")
     stop.set()
     for runner in runners:
         runner.join()
+    vacuums = "server" if emulated is None else {"emulated": True, "runs": emulated.stop()}
     elapsed = time.monotonic() - t0
     stats = store.stats(datetime.now(UTC))["short"]
     lag = (datetime.now(UTC) - stats.oldest_due_at).total_seconds() \
@@ -168,10 +257,23 @@ def cycle(store: Any, seconds: float, threads: int) -> dict[str, Any]:
     benv.pg(f"VACUUM {benv.SCHEMA}.due_jobs")  # what autovacuum will have to do
     vacuum_seconds = time.monotonic() - t0
     return {"seconds": round(elapsed), "threads": threads, "cycles": sum(done),
-            "cycles_per_s": round(sum(done) / elapsed), "due_now_at_end": stats.due,
+            "cycles_per_s": round(sum(done) / elapsed), "autovacuum": vacuums,
+            "due_now_at_end": stats.due,
             "oldest_due_lag_s_at_end": round(lag), "before": before, "samples": samples,
             "after": after, "vacuum_seconds": round(vacuum_seconds, 1),
-            "after_vacuum": {"storage": storage(), **table_stats()}}
+            "after_vacuum": {"storage": storage(), **table_stats()},
+            "load_avg_1m_end": os.getloadavg()[0]}
+
+
+def measure_step(store: Any, size: int, loaded: int, bulk: bool) -> dict[str, Any]:
+    """Seed up to ``size`` and measure drain, claim, reschedule, status and storage."""
+    seeded = seed(loaded, size, bulk)
+    drain = drain_rate(store)
+    step = {"waiting_jobs": size, "seed_seconds": round(seeded, 1), "bulk_seed": bulk,
+            "drain_rows_per_s": drain, **costs(store), "storage": storage(),
+            "load_avg_1m": os.getloadavg()[0]}
+    print(step, flush=True)
+    return step
 
 
 def main() -> None:
@@ -180,32 +282,39 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--cycle-seconds", type=float, default=300)
     parser.add_argument("--cycle-threads", type=int, default=4)
+    parser.add_argument("--cycle-at", type=int, default=0,
+                        help="size at which the cycle runs (default: the largest)")
+    parser.add_argument("--sample-seconds", type=float, default=30)
+    parser.add_argument("--bulk-from", type=int, default=0,
+                        help="seed steps of this size and above with indexes built after")
+    parser.add_argument("--result", default="store_scale")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    cycle_at = args.cycle_at or sizes[-1]
     from scheduler.store import DueStore
 
+    doc: dict[str, Any] = {
+        "command": " ".join(["python -m bench.bench_store_scale", *sys.argv[1:]]),
+        "due_spread": f"each 1M rows due over {PERIOD_SECONDS} s; rescheduled "
+                      f"{PERIOD_SECONDS} s later",
+        "steps": [], "cycle_at": cycle_at, "cycle": None}
     benv.setup()
-    steps, loaded = [], 0
+    loaded = 0
     try:
         store = DueStore.open(benv.PG_URL)
         for size in sizes:
-            seeded = seed(loaded, size)
+            doc["steps"].append(measure_step(store, size, loaded,
+                                             bool(args.bulk_from) and size >= args.bulk_from))
             loaded = size
-            drain = drain_rate(store)
-            steps.append({"waiting_jobs": size, "seed_seconds": round(seeded, 1),
-                          "drain_rows_per_s": drain, **costs(store), "storage": storage()})
-            print(steps[-1], flush=True)
-        cycled = cycle(store, args.cycle_seconds, args.cycle_threads) \
-            if args.cycle_seconds else None
+            write_result(args.result, doc)
+            if size == cycle_at and args.cycle_seconds:
+                doc["cycle"] = cycle(store, args.cycle_seconds, args.cycle_threads,
+                                     args.sample_seconds)
+                write_result(args.result, doc)
         store.close()
     finally:
         benv.teardown()
-    write_result("store_scale", {
-        "command": f"python -m bench.bench_store_scale --sizes {args.sizes} "
-                   f"--cycle-seconds {args.cycle_seconds:g} --cycle-threads {args.cycle_threads}",
-        "due_spread": f"each 1M rows due over {PERIOD_SECONDS} s; rescheduled "
-                      f"{PERIOD_SECONDS} s later",
-        "steps": steps, "cycle_at_largest": cycled})
+    write_result(args.result, doc)
 
 
 if __name__ == "__main__":

@@ -198,10 +198,8 @@ class Scheduler:
         return paused
 
     def fill(self, bucket: Bucket, now: datetime) -> int:
-        """Top up one bucket's queue under its fill lock (skipped while another
-        scheduler holds it); returns the messages published."""
-        with self.fill_locks.hold(bucket.name) as mine:
-            sent = self._fill(bucket, now) if mine else 0
+        """Top up one bucket's queue; returns the messages published."""
+        sent = self._fill(bucket, now)
         self.backoff.reset()  # a step worked: the next outage starts from a short wait
         return sent
 
@@ -210,32 +208,40 @@ class Scheduler:
         if depth >= self.cfg.low_watermark:
             return 0
         assert self.summary is not None
-        sent = self.dispatch(bucket, self.cfg.high_watermark - depth, now, early=False)
+        sent = self.dispatch(bucket, self.cfg.high_watermark - depth, now, early=False,
+                             cap=self.cfg.high_watermark)
         if sent:
             log.debug("%s: queue had %d ready, dispatched %d due", bucket.name, depth, sent)
             self.summary.dispatched(bucket.name, sent, early=False)
         elif bucket.name in self.pull_forward:
-            sent = self.dispatch(bucket, self.cfg.low_watermark - depth, now, early=True)
+            sent = self.dispatch(bucket, self.cfg.low_watermark - depth, now, early=True,
+                                 cap=self.cfg.low_watermark)
             if sent:
                 log.debug("%s: idle (%d ready, nothing due), pulled %d future jobs forward",
                           bucket.name, depth, sent)
                 self.summary.dispatched(bucket.name, sent, early=True)
         return sent
 
-    def dispatch(self, bucket: Bucket, room: int, now: datetime, *, early: bool) -> int:
+    def dispatch(self, bucket: Bucket, room: int, now: datetime, *, early: bool,
+                 cap: int | None = None) -> int:
         """Dispatch batches until ``room`` is used or no row is left.
 
         With ``drain_threads`` > 1 and more than one batch of room, that many
         lanes take batches from the same room at once, each on its own database
         and broker connection (SKIP LOCKED keeps their rows apart): a lane
-        waiting for its broker confirms no longer stalls the drain.
+        waiting for its broker confirms no longer stalls the drain. With a
+        ``cap`` (the watermark), each batch first reserves its room below it
+        (``FillLocks.reserve``: the queue's depth and every scheduler's batches
+        in flight counted), so several schedulers' lanes fill one queue at once
+        and together never past the cap.
         """
         lease_until = now + timedelta(seconds=self.cfg.lease_seconds)
         budget = Budget(room)
         lanes = 1 if self.store.dialect == "sqlite" else self.cfg.drain_threads
         lanes = min(lanes, -(-room // self.cfg.drain_batch))
+        lane = Lane(bucket, budget, now, lease_until, early, cap)
         if lanes <= 1:
-            return self._lane(self.publisher, bucket, budget, now, lease_until, early)
+            return self._lane(self.publisher, 0, lane)
         while len(self._lanes) < lanes - 1:
             self._lanes.append(ConfirmingPublisher(self.publisher.broker_url,
                                                    self.publisher.exchange))
@@ -243,22 +249,42 @@ class Scheduler:
             if self._pool is not None:
                 self._pool.shutdown()
             self._pool, self._pool_size = ThreadPoolExecutor(lanes, "drain"), lanes
-        futures = [self._pool.submit(self._lane, publisher, bucket, budget, now, lease_until,
-                                     early)
-                   for publisher in (self.publisher, *self._lanes[:lanes - 1])]
+        futures = [self._pool.submit(self._lane, publisher, n, lane)
+                   for n, publisher in enumerate((self.publisher, *self._lanes[:lanes - 1]))]
         wait(futures)  # every lane is done with its connections before an error is raised
         return sum(future.result() for future in futures)
 
-    def _lane(self, publisher: ConfirmingPublisher, bucket: Bucket, budget: Budget,
-              now: datetime, lease_until: datetime, early: bool) -> int:
-        sent = 0
-        while not self.stopping.is_set() and (want := budget.take(self.cfg.drain_batch)):
-            got = self.store.dispatch(bucket.name, want, now, lease_until, publisher.publish,
-                                      early=early)
+    def _lane(self, publisher: ConfirmingPublisher, number: int, lane: Lane) -> int:
+        sent, bucket = 0, lane.bucket
+        while not self.stopping.is_set() and (want := lane.budget.take(self.cfg.drain_batch)):
+            if lane.cap is not None:
+                want = self.fill_locks.reserve(bucket.name, number, want, self.cfg.drain_batch,
+                                               lane.cap, lambda: publisher.depth(bucket.queue))
+                if not want:  # the queue is full (with the batches in flight): done
+                    lane.budget.finish()
+                    break
+            try:
+                got = self.store.dispatch(bucket.name, want, lane.now, lane.lease_until,
+                                          publisher.publish, early=lane.early)
+            finally:
+                if lane.cap is not None:
+                    self.fill_locks.release(bucket.name, number)
             sent += got
             if got < want:
-                budget.finish()
+                lane.budget.finish()
         return sent
+
+
+@dataclass(frozen=True)
+class Lane:
+    """What every lane of one dispatch shares."""
+
+    bucket: Bucket
+    budget: Budget
+    now: datetime
+    lease_until: datetime
+    early: bool
+    cap: int | None
 
 
 class Budget:

@@ -1,23 +1,33 @@
-"""One scheduler at a time tops up a bucket's queue, so the watermark holds for all.
+"""Several schedulers fill one bucket's queue at once, and the watermark holds for all.
 
-Each scheduler reads a queue's depth and fills the room up to the high
-watermark. Two schedulers reading the same depth at once would each fill the
-same room: with N schedulers the queue reached N times the watermark. A
-PostgreSQL advisory lock per bucket (``pg_try_advisory_lock``, keyed by the
-store's schema and the bucket) is held from reading the depth until the last
-batch is confirmed; a scheduler that finds it taken skips the bucket for this
-pass (the holder is filling it). So the depth stays within the high watermark
-plus what one reading can be stale by, whatever the number of schedulers.
+Each dispatch lane asks for room before each batch. Under the bucket's fill
+lock (a PostgreSQL advisory lock keyed by the store's schema and the bucket,
+held for a few milliseconds) it reads the queue's depth and counts every
+batch in flight on that bucket, its own scheduler's and the others'; the
+room is the cap (the high watermark) minus both. If there is room, the lane
+marks its batch in flight (a second advisory lock, keyed by the bucket and
+the lane) before the fill lock is released, and clears the mark once the
+batch is confirmed and marked dispatched. A batch in flight counts as a whole
+batch until it is cleared, also after its messages reached the queue, so a
+reading is only ever too cautious. So the queue holds at most the high
+watermark, whatever the number of schedulers, and their lanes overlap their
+claims, publishes and confirms instead of taking turns for a whole fill.
 
-The lock lives on its own connection (a session lock, released by unlock or
-when the connection dies: a killed scheduler never leaves it held). SQLite
-has one writer anyway and needs no lock.
+Before (#13 to #17), the fill lock was held for a whole fill, and a scheduler
+that found it taken skipped the bucket: several schedulers took turns on a
+bucket and added nothing to its drain rate.
+
+Both locks live on one connection per scheduler (session locks, released by
+unlock or when the connection dies: a killed scheduler leaves no mark and no
+lock behind). Its lanes share the connection and take turns through a thread
+lock, since PostgreSQL's session locks do not exclude each other within one
+session. SQLite has one writer anyway and needs neither.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -25,50 +35,88 @@ import psycopg
 from config.errors import StoreUnavailable
 from scheduler.store import DueStore
 
-#: Namespace of the lock keys (hashed with the schema and the bucket name).
+#: Namespaces of the lock keys (hashed with the schema and the bucket name).
 LOCK_NAMESPACE = "recur.fill"
+INFLIGHT_NAMESPACE = "recur.inflight"
+#: Longest wait for the fill lock: it is held for milliseconds; a longer wait is a
+#: stuck holder, and the lane dispatches nothing this pass rather than wait on.
+LOCK_TIMEOUT = "5s"
+#: Lanes per scheduler a mark's key tells apart (the lane number is taken modulo this).
+LANE_SLOTS = 64
+
+# fill_lock: the bucket's fill lock, one bigint key.
+_FILL_LOCK = "SELECT 1 FROM pg_advisory_lock(hashtext(current_schema() || ':' || %(fill)s))"
+_FILL_UNLOCK = "SELECT pg_advisory_unlock(hashtext(current_schema() || ':' || %(fill)s))"
+# in_flight: batches marked in flight on the bucket, by every scheduler.
+_IN_FLIGHT = ("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+              "AND objsubid = 2 AND database = (SELECT oid FROM pg_database "
+              "WHERE datname = current_database()) "
+              "AND classid = hashtext(current_schema() || ':' || %(mark)s)::oid")
+# mark / unmark: one lane's batch in flight (two int4 keys: bucket, backend pid and lane).
+_MARK = ("SELECT 1 FROM pg_advisory_lock(hashtext(current_schema() || ':' || %(mark)s), "
+         "pg_backend_pid() * " + str(LANE_SLOTS) + " + %(lane)s)")
+_UNMARK = ("SELECT pg_advisory_unlock(hashtext(current_schema() || ':' || %(mark)s), "
+           "pg_backend_pid() * " + str(LANE_SLOTS) + " + %(lane)s)")
 
 
 class FillLocks:
-    """Per-bucket fill locks on one PostgreSQL connection (no-ops on SQLite)."""
+    """Per-bucket fill locks and in-flight marks on one PostgreSQL connection
+    (no-ops on SQLite)."""
 
     def __init__(self, store: DueStore) -> None:
         self.store = store
         self._conn: psycopg.Connection[Any] | None = None
+        self._turn = threading.Lock()
 
-    @contextmanager
-    def hold(self, bucket: str) -> Iterator[bool]:
-        """Yields whether this scheduler holds ``bucket``'s fill lock (False: another
-        scheduler is filling it now)."""
+    def reserve(self, bucket: str, lane: int, want: int, batch: int, cap: int,
+                depth: Callable[[], int]) -> int:
+        """Rows this lane may dispatch now (at most ``want``): ``cap`` minus the
+        queue's ``depth()`` and every batch in flight on ``bucket`` (each counted as
+        ``batch`` rows). Above 0, the lane's batch is marked in flight until
+        :meth:`release`."""
         if self.store.dialect != "postgresql":
-            yield True
-            return
-        key = f"{LOCK_NAMESPACE}:{bucket}"
-        got = self._run("take the fill lock of bucket " + bucket,
-                        "SELECT pg_try_advisory_lock(hashtext(current_schema() || ':' || %s))",
-                        key)
-        if not got:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            self._run("release the fill lock of bucket " + bucket,
-                      "SELECT pg_advisory_unlock(hashtext(current_schema() || ':' || %s))", key)
+            return min(want, max(0, cap - depth()))
+        keys = {"fill": f"{LOCK_NAMESPACE}:{bucket}", "mark": f"{INFLIGHT_NAMESPACE}:{bucket}",
+                "lane": lane % LANE_SLOTS}
+        with self._turn:
+            if self._run(f"take the fill lock of bucket {bucket}", _FILL_LOCK, keys) is None:
+                return 0  # waited LOCK_TIMEOUT: dispatch nothing this pass
+            try:
+                in_flight = int(self._run(f"count the batches in flight on {bucket}",
+                                          _IN_FLIGHT, keys) or 0)
+                room = min(want, cap - depth() - in_flight * batch)
+                if room > 0:
+                    self._run(f"mark a batch in flight on {bucket}", _MARK, keys)
+            finally:
+                if self._conn is not None:  # else the lock went with the connection
+                    self._run(f"release the fill lock of bucket {bucket}", _FILL_UNLOCK, keys)
+        return max(0, room)
 
-    def _run(self, what: str, sql: str, key: str) -> bool:
+    def release(self, bucket: str, lane: int) -> None:
+        """Clear this lane's in-flight mark on ``bucket`` (its batch is done)."""
+        if self.store.dialect != "postgresql":
+            return
+        with self._turn:
+            self._run(f"clear a batch in flight on {bucket}", _UNMARK,
+                      {"mark": f"{INFLIGHT_NAMESPACE}:{bucket}", "lane": lane % LANE_SLOTS})
+
+    def _run(self, what: str, sql: str, params: dict[str, Any]) -> Any:
+        """The statement's one value; None if it waited LOCK_TIMEOUT for a lock."""
         try:
             if self._conn is None or self._conn.closed:
                 self._conn = self.store.raw_connection()
-            row = self._conn.execute(sql, (key,)).fetchone()
+                self._conn.execute(f"SET lock_timeout = '{LOCK_TIMEOUT}'")
+            row = self._conn.execute(sql, params).fetchone()
+        except psycopg.errors.LockNotAvailable:
+            return None
         except psycopg.Error as exc:
             self.close()
             raise StoreUnavailable(f"due-jobs store {self.store.url}: cannot {what}: "
                                    f"{exc}") from exc
-        return bool(row and row[0])
+        return row[0] if row else None
 
     def close(self) -> None:
-        """Drop the connection (and with it any lock still held)."""
+        """Drop the connection (and with it every lock and mark still held)."""
         if self._conn is not None:
             self._conn.close()
             self._conn = None
