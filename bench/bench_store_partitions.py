@@ -38,7 +38,7 @@ from typing import Any
 
 from bench import scheduler_env as benv  # first: points the settings at the bench resources
 from bench.autovacuum import Autovacuum, autovacuum_is_on
-from bench.bench_store_scale import PERIOD_SECONDS, claim_batch, cost_figures
+from bench.bench_store_scale import PERIOD_SECONDS, claim_batch, costs
 from bench.results_io import write_result
 
 TABLE = f"{benv.SCHEMA}.due_jobs"
@@ -99,25 +99,6 @@ def claim_plan() -> list[str]:
                    "AND state = 0 AND due_at <= now() ORDER BY due_at LIMIT 1000 "
                    "FOR UPDATE SKIP LOCKED")
     return [str(line) for (line,) in rows]
-
-
-def costs(store: Any) -> dict[str, Any]:
-    """Claim, reschedule and status cost, as bench_store_scale measures them."""
-    claims, claimed = [], []
-    for _ in range(20):
-        t0 = time.perf_counter()
-        got = claim_batch(store, datetime.now(UTC))
-        claims.append((time.perf_counter() - t0) * 1000)
-        claimed += got
-    reschedules = []
-    for job in claimed[:5000]:
-        now = datetime.now(UTC)
-        t0 = time.perf_counter()
-        store.reschedule(job.job_key, job.token, now + timedelta(seconds=PERIOD_SECONDS), now)
-        reschedules.append((time.perf_counter() - t0) * 1000)
-    t0 = time.perf_counter()
-    store.stats(datetime.now(UTC))
-    return cost_figures(claims, claimed, reschedules, time.perf_counter() - t0)
 
 
 def cycle(store: Any, seconds: float, threads: int) -> dict[str, Any]:
