@@ -20,11 +20,14 @@ Then, at ``--cycle-at`` (default the largest size), the recurring cycle for
 ``--cycle-seconds``: ``--cycle-threads`` threads each claim the due rows 1,000
 at a time and reschedule every one 10,000 s later (as workers would), with
 autovacuum at its defaults (emulated by ``bench/autovacuum.py`` when the
-server has it off, as this machine's has). Every ``--sample-seconds`` it records cycles/s,
-the oldest due row's lag, live and dead tuples, autovacuum runs (and whether
-one is running now, with its progress), table and index sizes, the machine's
-busy share and load average; at the end one plain ``VACUUM`` of the table (the
-work autovacuum still has ahead of it), timed, and the sizes after it. Sizes
+server has it off, as this machine's shared one has; ``bench/private_postgres.py``
+runs the benchmark on a private server with it on). Every ``--sample-seconds`` it
+records cycles/s, the oldest due row's lag, live and dead tuples, autovacuum and
+autoanalyze runs (and whether a vacuum is running now, with its progress), table
+and index sizes, the machine's busy share and load average; every vacuum of the
+table is timed (each second, from ``pg_stat_progress_vacuum``); at the end one
+plain ``VACUUM`` of the table (the work autovacuum still has ahead of it), timed,
+and the sizes after it. The result records the server's vacuum settings. Sizes
 above ``--cycle-at`` are seeded and measured after the cycle (static figures
 only). From ``--bulk-from`` on, a step is seeded with the secondary indexes
 dropped and rebuilt after (a sorted bulk load's packed indexes, and minutes
@@ -38,6 +41,10 @@ measured. Runs in its own PostgreSQL schema (and vhost), removed afterwards.
     python -m bench.bench_store_scale --sizes 1000000,10000000,30000000 \
         --cycle-at 10000000 --cycle-seconds 1800 --sample-seconds 60 \
         --bulk-from 30000000 --result store_scale_soak
+    # the same soak with the server's own autovacuum (a private PostgreSQL):
+    python -m bench.private_postgres --log /tmp/pg.log -- python -m bench.bench_store_scale \
+        --sizes 10000000 --cycle-seconds 1800 --sample-seconds 60 --bulk-from 10000000 \
+        --result store_scale_soak_autovacuum
 """
 
 from __future__ import annotations
@@ -128,11 +135,84 @@ def head_lag() -> dict[str, Any]:
 
 
 def table_stats() -> dict[str, Any]:
-    live, dead, autovacuums, last = benv.pg(
-        "SELECT n_live_tup, n_dead_tup, autovacuum_count, last_autovacuum "
-        f"FROM pg_stat_user_tables WHERE relid = '{benv.SCHEMA}.due_jobs'::regclass")[0]
+    live, dead, autovacuums, last, analyzes, reltuples = benv.pg(
+        "SELECT s.n_live_tup, s.n_dead_tup, s.autovacuum_count, s.last_autovacuum, "
+        "s.autoanalyze_count, c.reltuples FROM pg_stat_user_tables s "
+        f"JOIN pg_class c ON c.oid = s.relid WHERE s.relid = '{benv.SCHEMA}.due_jobs'::regclass")[0]
     return {"live_tuples": live, "dead_tuples": dead, "autovacuum_runs": autovacuums,
-            "last_autovacuum": str(last)}
+            "last_autovacuum": str(last), "autoanalyze_runs": analyzes,
+            "reltuples": round(float(reltuples))}
+
+
+#: The settings that decide when and how fast (auto)vacuum runs, recorded with the result.
+SERVER_SETTINGS = ["server_version", "port", "autovacuum", "autovacuum_naptime",
+                   "autovacuum_vacuum_threshold", "autovacuum_vacuum_scale_factor",
+                   "autovacuum_vacuum_cost_delay", "autovacuum_vacuum_cost_limit",
+                   "vacuum_cost_limit", "autovacuum_max_workers", "autovacuum_work_mem",
+                   "maintenance_work_mem", "shared_buffers", "fsync", "synchronous_commit",
+                   "max_wal_size", "log_autovacuum_min_duration"]
+
+
+def server() -> dict[str, str]:
+    """The PostgreSQL server the store runs on: its version, port and vacuum settings."""
+    names = ", ".join(f"'{name}'" for name in SERVER_SETTINGS)
+    rows = benv.pg(f"SELECT name, current_setting(name) FROM pg_settings WHERE name IN ({names})")
+    return {str(name): str(value) for name, value in sorted(rows)}
+
+
+class VacuumWatch(threading.Thread):
+    """Every vacuum of due_jobs (autovacuum's or not), looked for every ``every``
+    seconds in ``pg_stat_progress_vacuum``: when it started (seconds after this
+    thread did), how long it ran (to within ``every``), the table's dead tuples when it
+    began and when it was gone, the phases seen and its index passes."""
+
+    def __init__(self, every: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.every, self.table = every, f"{benv.SCHEMA}.due_jobs"
+        self.stopping = threading.Event()
+        self.t0 = datetime.now(UTC)
+        self.running: dict[tuple[int, datetime], dict[str, Any]] = {}
+        self.runs: list[dict[str, Any]] = []
+
+    def run(self) -> None:
+        import psycopg
+
+        from bench.private_env import PG_DSN
+
+        self.t0 = datetime.now(UTC)
+        with psycopg.connect(PG_DSN, autocommit=True) as conn:
+            while not self.stopping.wait(self.every):
+                self.look(conn)
+
+    def look(self, conn: Any) -> None:
+        dead, runs = conn.execute(
+            "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables "
+            "WHERE relid = %s::regclass", (self.table,)).fetchone()
+        rows = conn.execute(
+            "SELECT a.pid, a.query_start, a.backend_type = 'autovacuum worker', p.phase, "
+            "p.heap_blks_total, p.index_vacuum_count FROM pg_stat_progress_vacuum p "
+            "JOIN pg_stat_activity a USING (pid) WHERE p.relid = %s::regclass",
+            (self.table,)).fetchall()
+        seen = set()
+        for pid, started, auto, phase, heap_blocks, index_passes in rows:
+            seen.add((pid, started))
+            run = self.running.setdefault((pid, started), {
+                "autovacuum": bool(auto), "at_s": round((started - self.t0).total_seconds()),
+                "dead_tuples_before": dead, "heap_blocks": heap_blocks, "phases": []})
+            if phase not in run["phases"]:
+                run["phases"].append(phase)
+            run["index_passes"] = index_passes
+        for key in [key for key in self.running if key not in seen]:
+            run = self.running.pop(key)
+            run["seconds"] = round((datetime.now(UTC) - key[1]).total_seconds())
+            run["dead_tuples_after"], run["autovacuum_runs_so_far"] = dead, runs
+            self.runs.append(run)
+
+    def stop(self) -> list[dict[str, Any]]:
+        """The vacuums seen, those still running last (``"running": True``)."""
+        self.stopping.set()
+        self.join()
+        return self.runs + [{**run, "running": True} for run in self.running.values()]
 
 
 def claim_batch(store: Any, now: datetime) -> list[Any]:
@@ -208,11 +288,14 @@ def sample(t0: float, cycles: int, last: dict[str, Any]) -> dict[str, Any]:
 
 def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, Any]:
     """Jobs going round (claim, reschedule one period later) for ``seconds``,
-    sampled every ``every`` seconds; autovacuum emulated if the server has it off."""
+    sampled every ``every`` seconds; autovacuum emulated if the server has it off.
+    Every vacuum of the table meanwhile (the server's autovacuum, the emulation's) is
+    timed by a :class:`VacuumWatch`."""
     from bench.autovacuum import Autovacuum, autovacuum_is_on
     from bench.proc_stats import machine_busy_seconds
 
     emulated = None if autovacuum_is_on() else Autovacuum(f"{benv.SCHEMA}.due_jobs")
+    watch = VacuumWatch()
 
     done = [0] * threads
     stop = threading.Event()
@@ -233,6 +316,7 @@ def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, A
     t0 = time.monotonic()
     for runner in runners:
         runner.start()
+    watch.start()
     if emulated is not None:
         emulated.start()
     busy, total = machine_busy_seconds()
@@ -248,6 +332,7 @@ def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, A
     for runner in runners:
         runner.join()
     vacuums = "server" if emulated is None else {"emulated": True, "runs": emulated.stop()}
+    watched = watch.stop()
     elapsed = time.monotonic() - t0
     stats = store.stats(datetime.now(UTC))["short"]
     lag = (datetime.now(UTC) - stats.oldest_due_at).total_seconds() \
@@ -258,6 +343,7 @@ def cycle(store: Any, seconds: float, threads: int, every: float) -> dict[str, A
     vacuum_seconds = time.monotonic() - t0
     return {"seconds": round(elapsed), "threads": threads, "cycles": sum(done),
             "cycles_per_s": round(sum(done) / elapsed), "autovacuum": vacuums,
+            "vacuums": watched,
             "due_now_at_end": stats.due,
             "oldest_due_lag_s_at_end": round(lag), "before": before, "samples": samples,
             "after": after, "vacuum_seconds": round(vacuum_seconds, 1),
@@ -299,6 +385,7 @@ def main() -> None:
                       f"{PERIOD_SECONDS} s later",
         "steps": [], "cycle_at": cycle_at, "cycle": None}
     benv.setup()
+    doc["postgres"] = server()
     loaded = 0
     try:
         store = DueStore.open(benv.PG_URL)

@@ -15,7 +15,12 @@ from typing import Any
 
 import psycopg
 
-PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+#: The PostgreSQL server every benchmark uses, on 127.0.0.1: the machine's shared one
+#: (5432) unless ``RECURBENCH_PG_PORT`` names another, e.g. the private server
+#: ``bench/private_postgres.py`` starts (autovacuum on). Its database ``test``. (Not a
+#: ``RECUR_`` name: the settings refuse a ``RECUR_`` variable they do not know.)
+PG_PORT = int(os.environ.get("RECURBENCH_PG_PORT", "5432"))
+PG_DSN = f"postgresql://postgres@127.0.0.1:{PG_PORT}/test"
 
 
 def rabbitmqctl(*args: str) -> None:
@@ -23,7 +28,7 @@ def rabbitmqctl(*args: str) -> None:
 
 
 def pg(sql: str) -> list[tuple[Any, ...]]:
-    """Run one statement on the shared database; its rows, if any."""
+    """Run one statement on the benchmarks' database; its rows, if any."""
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         cur = conn.execute(sql)
         return list(cur.fetchall()) if cur.description else []
@@ -46,7 +51,7 @@ class PrivateEnv:
 
     @property
     def pg_url(self) -> str:
-        return ("postgresql+psycopg://postgres@127.0.0.1:5432/test"
+        return (f"postgresql+psycopg://postgres@127.0.0.1:{PG_PORT}/test"
                 f"?options=-csearch_path%3D{self.schema}")
 
     @property
