@@ -27,7 +27,7 @@ lint: venv
 	$(BIN)/mypy
 
 test: venv services lint
-	$(BIN)/pytest
+	$(BIN)/pytest -n 2 --dist loadgroup
 
 unit: venv
 	$(BIN)/pytest tests/unit

@@ -1,5 +1,11 @@
 """The high watermark holds for the bucket, not per scheduler: three schedulers
-filling one queue keep it within the high watermark plus one batch."""
+filling one queue keep it within the high watermark plus one batch.
+
+A fill may stop short of the high watermark: a batch counts as in flight until
+its lane clears it, also once its messages are in the queue (the reading is
+only ever too cautious, scheduler/fill_lock.py), and under load several such
+batches overlap. So "refilled" means back above the low watermark, where the
+schedulers stop filling, not at the high one."""
 
 from __future__ import annotations
 
@@ -67,10 +73,10 @@ def test_three_schedulers_keep_the_queue_within_one_watermark(
     try:
         for n in range(3):
             start_scheduler(env, name=f"scheduler-{n}")
-        wait_for(lambda: steady(watch, HIGH - BATCH), 90, "the queue filled and steady")
+        wait_for(lambda: steady(watch, LOW), 90, "the queue filled and steady")
         for _ in range(3):  # workers take most of it: all three schedulers refill at once
             consume(broker, queue, watch.last - LOW // 2)
-            wait_for(lambda: steady(watch, HIGH - BATCH), 60, "the queue refilled")
+            wait_for(lambda: steady(watch, LOW), 60, "the queue refilled")
     finally:
         watch.stop()
-    assert HIGH - BATCH <= watch.largest <= HIGH + BATCH
+    assert LOW <= watch.largest <= HIGH + BATCH, watch.largest

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUN_ID = os.environ.setdefault("RECURTEST_RUN", uuid.uuid4().hex[:10])
+#: One id per test run, plus the pytest-xdist worker's name (gw0, gw1) under ``-n``:
+#: each xdist worker has its own vhost, key prefix and schema.
+RUN_ID = (os.environ.setdefault("RECURTEST_RUN", uuid.uuid4().hex[:10])
+          + os.environ.get("PYTEST_XDIST_WORKER", ""))
 VHOST = f"recur-test-{RUN_ID}"
 KEY_PREFIX = f"recur-test-{RUN_ID}"
 BROKER_URL = f"amqp://guest:guest@127.0.0.1:5672/{VHOST}"
