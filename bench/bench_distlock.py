@@ -26,6 +26,7 @@ Runs in its own RabbitMQ vhost and Redis key prefix, removed afterwards.
 
     python -m bench.bench_distlock [--pairs 3000] [--hot 500] [--depths 0,2000,5000]
                                    [--ms 10] [--parts overhead,contention] [--repeats 1]
+                                   [--result distlock]
 """
 
 from __future__ import annotations
@@ -426,6 +427,8 @@ def main() -> None:
                         help="comma list of the contention modes to run")
     parser.add_argument("--repeats", type=int, default=1,
                         help="runs of each contention mode (medians are reported)")
+    parser.add_argument("--result", default="distlock",
+                        help="name of the JSON written under bench/results/")
     opts = parser.parse_args()
     parts = set(opts.parts.split(","))
     os.environ.update(ENV)
@@ -439,7 +442,8 @@ def main() -> None:
         with _app().connection_for_write() as conn:
             declare_topology(conn, settings())
         log_dir = Path(f"/tmp/bench-distlock-{RUN}")
-        figures: dict[str, Any] = {}
+        figures: dict[str, Any] = {
+            "command": " ".join(["python -m bench.bench_distlock", *sys.argv[1:]])}
         if "overhead" in parts:
             figures["overhead"] = overhead(opts.pairs)
         if "contention" in parts:
@@ -447,7 +451,7 @@ def main() -> None:
                 opts.hot, [int(d) for d in opts.depths.split(",")], opts.ms, log_dir,
                 opts.modes.split(","), opts.repeats)
             figures["worker_logs"] = str(log_dir)
-        write_result("distlock", figures)
+        write_result(opts.result, figures)
     finally:
         subprocess.run(["rabbitmqctl", "delete_vhost", VHOST], capture_output=True, timeout=120)
         from tasks.redis_conn import get_redis
