@@ -6,7 +6,6 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,15 +17,12 @@ from pyspark.sql import functions as F
 
 from config.errors import SchemaOutOfDate
 from config.settings import load_settings
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
 from scheduler.store_bulk import APPLICATION_NAME, BulkResult, libpq_url
 from spark.generate import generate
 from spark.job import SeedReport, run_seed
 from spark.options import parse_options
 from spark.session import ARROW_BATCH_BYTES, UNMEASURED, unmeasured_arrow_batches
 from spark.transform import Rules, check
-from tests.support import services
 
 START = datetime(2026, 3, 1, tzinfo=UTC)
 RULES = Rules.from_settings(load_settings({}))
@@ -153,32 +149,16 @@ def test_a_retried_partition_loads_each_row_once(
     assert pg_rows(fresh_pg_url, "SELECT count(*) FROM due_jobs") == [(300,)]
 
 
-@pytest.fixture
-def own_database() -> Iterator[str]:
-    """A migrated store in a database of its own: the seed's connections to it are
-    told apart from those of seeds other tests run at the same time (-n 2)."""
-    name = f"recur_cap_{services.RUN_ID}"
-    admin = "postgresql://postgres@127.0.0.1:5432/test"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name}")
-        conn.execute(f"CREATE DATABASE {name}")
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    yield url
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-
-
 def test_concurrent_connections_stay_under_the_cap(
-        spark_session: SparkSession, own_database: str, tmp_path: Path) -> None:
+        spark_session: SparkSession, own_pg_database: str, tmp_path: Path) -> None:
+    """Counted in a database of its own: other tests' seeds (-n 2) use the same
+    application name at the same time."""
     seen: list[int] = []
     done = threading.Event()
-    database = own_database.rsplit("/", 1)[1]
+    database = own_pg_database.rsplit("/", 1)[1]
 
     def watch() -> None:
-        with psycopg.connect(libpq_url(own_database), autocommit=True) as conn:
+        with psycopg.connect(libpq_url(own_pg_database), autocommit=True) as conn:
             while not done.is_set():
                 (count,), = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE "
                                          "application_name = %s AND datname = %s",
@@ -190,7 +170,7 @@ def test_concurrent_connections_stay_under_the_cap(
     watcher.start()
     try:
         report = seed(spark_session, tmp_path, "--generate", "60000", "--partitions", "6",
-                      "--max-connections", "1", "--database-url", own_database)
+                      "--max-connections", "1", "--database-url", own_pg_database)
     finally:
         done.set()
         watcher.join()

@@ -44,6 +44,21 @@ def pg_url() -> Iterator[str]:
     _pg(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
 
 
+@pytest.fixture
+def own_pg_database() -> Iterator[str]:
+    """A migrated store in a PostgreSQL database of its own (not a schema of
+    ``test``), for a test that reads per-database server views (pg_stat_activity)."""
+    name = f"recur_own_{services.RUN_ID}"
+    _pg(f"DROP DATABASE IF EXISTS {name}")
+    _pg(f"CREATE DATABASE {name}")
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    yield url
+    _pg(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A migrated SQLite file that each test copies."""
