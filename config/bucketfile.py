@@ -9,14 +9,15 @@
     pool = "prefork"         # prefork | threads | solo; required
     prefetch = 4             # optional, default 1
     queue = "short"          # optional, default the bucket's name
-    work_seconds = 0.05      # optional: process_message's simulated work
+    work_seconds = 0.05      # optional: process_message's simulated work, <= soft_time_limit
 
     [kinds]
     ping = "short"
 
 The file is the whole table: its buckets in file order, and its kinds (none if
 it has no ``[kinds]``). Anything wrong (an unknown key, a duplicate queue, a hard
-limit below the soft one, an unknown pool, a kind naming no bucket) is one
+limit below the soft one, an unknown pool, a kind naming no bucket, a number
+that is nan, inf or beyond its bound in :data:`BOUNDS`) is one
 :class:`BucketsFileError` naming the file, the bucket and the field, raised
 before any process starts.
 """
@@ -37,7 +38,15 @@ REQUIRED = ("soft_time_limit", "time_limit", "concurrency", "pool")
 OPTIONAL = ("queue", "prefetch", "work_seconds")
 #: Queue names recur keeps for itself (the resequencer's sends).
 RESERVED_QUEUES = frozenset({"outbound"})
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+#: Largest value of each number (docs/configuration.md): a day for one task (the lease must
+#: outlast it), a thousand reserved messages per process.
+BOUNDS: dict[str, float] = {"soft_time_limit": 86400, "time_limit": 86400,
+                            "prefetch": 1000, "work_seconds": 86400}
+#: Largest concurrency per pool: processes cost memory each, threads a stack, solo runs one.
+CONCURRENCY = {"prefork": 256, "threads": 1024, "solo": 1}
+#: Buckets and kinds of one table: each bucket is two queues and a worker fleet.
+MAX_BUCKETS, MAX_KINDS = 64, 1000
 
 
 class _Where:
@@ -56,20 +65,33 @@ class _Where:
         return BucketsFileError(f"{': '.join(where)}: {problem}")
 
 
-def _number(where: _Where, bucket: str, key: str, value: Any, integer: bool) -> float:
-    """A positive number (an integer >= 1 when ``integer``)."""
+def _number(where: _Where, bucket: str, key: str, value: Any, integer: bool,
+            high: float, why: str = "") -> float:
+    """A positive number at most ``high`` (an integer >= 1 when ``integer``)."""
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds):
         wanted = "an integer" if integer else "a number"
-        raise where.error(f"must be {wanted}, got {value!r}", bucket, key)
+        raise where.error(f"must be {wanted}, got {value!r:.60}", bucket, key)
+    if value != value or value in (float("inf"), float("-inf")):
+        raise where.error(f"must be a finite number, got {value!r}", bucket, key)
     if value <= 0:
         raise where.error(f"must be positive, got {value!r}", bucket, key)
+    if value > high:
+        raise where.error(f"must be at most {high:g}{why}, got {_short(value)}", bucket, key)
     return float(value)
 
 
+def _short(value: float) -> str:
+    """A number for an error line (a 10**400 from TOML has no float and no short repr)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _check_keys(where: _Where, name: str, spec: Any) -> None:
-    if not NAME.match(name):
-        raise where.error("a bucket name is letters, digits, '_', '-' or '.'", name)
+    if not NAME.fullmatch(name):
+        raise where.error("a bucket name is letters, digits, '_', '-' or '.' "
+                          "(at most 63)", name)
     if not isinstance(spec, Mapping):
         raise where.error(f"must be a table ([buckets.{name}]), got {spec!r}", name)
     for key in spec:
@@ -83,8 +105,9 @@ def _check_keys(where: _Where, name: str, spec: Any) -> None:
 
 def _bucket(where: _Where, name: str, spec: Any) -> Bucket:
     _check_keys(where, name, spec)
-    soft = _number(where, name, "soft_time_limit", spec["soft_time_limit"], False)
-    hard = _number(where, name, "time_limit", spec["time_limit"], False)
+    soft = _number(where, name, "soft_time_limit", spec["soft_time_limit"], False,
+                   BOUNDS["soft_time_limit"])
+    hard = _number(where, name, "time_limit", spec["time_limit"], False, BOUNDS["time_limit"])
     if hard < soft:
         raise where.error(f"{spec['time_limit']!r} is below soft_time_limit "
                           f"{spec['soft_time_limit']!r}", name, "time_limit")
@@ -92,22 +115,35 @@ def _bucket(where: _Where, name: str, spec: Any) -> Bucket:
     if pool not in POOLS:
         raise where.error(f"unknown pool {pool!r} (known: {', '.join(POOLS)})", name, "pool")
     queue = spec.get("queue", name)
-    if not isinstance(queue, str) or not NAME.match(queue) or queue.endswith(".dead"):
+    if not isinstance(queue, str) or not NAME.fullmatch(queue) or queue.endswith(".dead"):
         raise where.error(f"not a usable queue name: {queue!r}", name, "queue")
-    work = spec.get("work_seconds", 0.0)
-    if isinstance(work, bool) or not isinstance(work, int | float) or work < 0:
-        raise where.error(f"must be a number >= 0, got {work!r}", name, "work_seconds")
     return Bucket(
         name, queue, soft_time_limit=float(soft), time_limit=float(hard),
-        prefetch=int(_number(where, name, "prefetch", spec.get("prefetch", 1), True)),
-        concurrency=int(_number(where, name, "concurrency", spec["concurrency"], True)),
-        pool=cast(Pool, pool), work_seconds=float(work))
+        prefetch=int(_number(where, name, "prefetch", spec.get("prefetch", 1), True,
+                             BOUNDS["prefetch"])),
+        concurrency=int(_number(where, name, "concurrency", spec["concurrency"], True,
+                                CONCURRENCY[pool], f" for pool {pool!r}")),
+        pool=cast(Pool, pool), work_seconds=_work(where, name, spec, soft))
+
+
+def _work(where: _Where, name: str, spec: Mapping[str, Any], soft: float) -> float:
+    """Simulated work: 0 up to the soft limit (longer could never finish)."""
+    work = spec.get("work_seconds", 0.0)
+    if isinstance(work, bool) or not isinstance(work, int | float) or not 0 <= work <= soft:
+        raise where.error(f"must be a number from 0 to soft_time_limit {soft:g}, "
+                          f"got {work!r:.60}", name, "work_seconds")
+    return float(work)
 
 
 def _kinds(where: _Where, raw: Any, names: set[str]) -> Mapping[str, str]:
     if not isinstance(raw, Mapping):
         raise where.error(f"[kinds] must be a table of kind = \"bucket\", got {raw!r}")
+    if len(raw) > MAX_KINDS:
+        raise where.error(f"{len(raw)} kinds: at most {MAX_KINDS}", key="kinds")
     for kind, bucket in raw.items():
+        if not NAME.fullmatch(kind):
+            raise where.error(f"kind {kind!r:.70} is not a name (letters, digits, '_', '-' "
+                              "or '.', at most 63)", key="kinds")
         if not isinstance(bucket, str) or bucket not in names:
             raise where.error(f"kind {kind!r} maps to unknown bucket {bucket!r} "
                               f"(buckets: {', '.join(sorted(names))})", key="kinds")
@@ -123,6 +159,8 @@ def parse_table(document: Mapping[str, Any], path: str) -> BucketTable:
     raw = document.get("buckets")
     if not isinstance(raw, Mapping) or not raw:
         raise where.error("no buckets: give at least one [buckets.<name>] table")
+    if len(raw) > MAX_BUCKETS:
+        raise where.error(f"{len(raw)} buckets: at most {MAX_BUCKETS}")
     buckets = tuple(_bucket(where, name, spec) for name, spec in raw.items())
     seen: dict[str, str] = {}
     for b in buckets:

@@ -11,21 +11,16 @@ still be able to list every bad variable.
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback
 from collections.abc import Sequence
 
 from config.errors import ConfigError, RecurError
+from config.redact import masked
 
 #: Exit code of a command that failed with one of our errors (click uses 2 for usage too).
 EXIT_ERROR = 2
-_PASSWORD = re.compile(r"(://[^:/@\s]+:)[^@\s]+@")
-
-
-def masked(text: str) -> str:
-    """``text`` with the password of every URL in it replaced by ***."""
-    return _PASSWORD.sub(r"\1***@", text)
+__all__ = ["EXIT_ERROR", "driver_service", "main", "masked", "one_line", "settings_report"]
 
 
 def one_line(exc: BaseException) -> str | None:
@@ -58,11 +53,16 @@ def driver_service(exc: BaseException) -> str | None:
 
 
 def settings_report() -> int:
-    """``recur settings`` without the Celery app: every setting, then every bad variable."""
-    from config.settings import describe, problems
+    """``recur settings`` without the Celery app: every setting (default, why, bounds, and
+    the value in effect when one is set, secrets masked), then every bad variable."""
+    import os
+
+    from config.settings import PREFIX, describe, problems, shown
 
     for var, default, doc in describe():
         print(f"{var}={default}\n    {doc}")
+        if var in os.environ:
+            print(f"    set: {shown(var[len(PREFIX):].lower(), os.environ[var])}")
     _, bad = problems()
     for line in bad:
         print(f"recur: {line}", file=sys.stderr)

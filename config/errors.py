@@ -43,6 +43,11 @@ class UnknownDestination(InvalidMessage):
     """The resequencer destination is not configured (RECUR_DESTINATIONS)."""
 
 
+class UnknownStep(InvalidMessage):
+    """The resequencer step is neither the destination's (RECUR_RESEQ_STEPS) nor a task
+    registered as a step (``@reseq_step``); nothing was numbered or run."""
+
+
 class ResequencerFull(RecurError):
     """A destination holds as many unsent messages as its capacity allows; retry later."""
 
@@ -70,6 +75,31 @@ class LockWaitExceeded(PermanentFailure):
 class LockPassedOver(PermanentFailure):
     """A later job of the user started while this one was missing (RECUR_LOCK_GAP_TIMEOUT);
     it must not run out of order, so it is dead-lettered (a replay runs it as a new job)."""
+
+
+class LockLineFull(RecurError):
+    """The user already has RECUR_LOCK_MAX_PARKED jobs waiting for their turn; nothing was
+    published: retry later."""
+
+
+class InvalidControlHeader(PermanentFailure):
+    """A control header (recur_dispatch, recur_lock_seq, recur_lock_since) is malformed,
+    out of range, unsigned or forged; the message is dead-lettered, not run.
+
+    ``header`` names the header and ``problem`` what is wrong with it.
+    """
+
+    def __init__(self, header: str, problem: str = "invalid") -> None:
+        self.header, self.problem = header, problem
+        super().__init__(f"control header {header}: {problem}; not run")
+
+    def __reduce__(self) -> tuple[type[InvalidControlHeader], tuple[str, str]]:
+        return (type(self), (self.header, self.problem))
+
+
+class ResultTooLarge(PermanentFailure):
+    """A resequencer step's result is larger than RECUR_RESEQ_MAX_ENTRY_BYTES; its message
+    is set aside with the reason (skipped and dead-lettered), never sent cut or dropped."""
 
 
 class InvalidSchedule(RecurError, ValueError):
@@ -114,3 +144,7 @@ class BucketsFileError(ConfigError):
 
 class TaskModuleError(ConfigError):
     """A task module named in RECUR_IMPORTS cannot be imported."""
+
+
+class ServiceMisconfigured(ConfigError):
+    """A service recur depends on is set up to lose what recur writes (docs/security.md)."""

@@ -12,6 +12,8 @@ key                                    type    holds
 ``<prefix>:reseq:destinations``        set     destinations the resequencer has seen
 ``<prefix>:reseq:{<d>}:<part>``        (many)  destination <d>'s resequencer state: see
                                                ``reseq`` and routing/lua/*.lua
+``<prefix>:reseq:{<d>}:outage``        hash    destination <d>'s outage (TTL): see
+                                               ``reseq_outage``
 ``<prefix>:lock:{<u>}:<part>``         (many)  user <u>'s lock, order and parked jobs:
                                                see ``user_lock`` and tasks/distlock/lock.lua
 ``<prefix>:lock:wake``                 zset    users to look at again, by due time (ms)
@@ -21,6 +23,26 @@ key                                    type    holds
 """
 
 from __future__ import annotations
+
+import re
+
+#: A key prefix: short, and only characters that mean nothing to Redis Cluster hash tags
+#: (``{}``) or to SCAN/KEYS patterns (``*?[]``), so ``<prefix>:*`` matches our keys only.
+PREFIX_CHARS = re.compile(r"[A-Za-z0-9_.:-]+")
+MAX_PREFIX_LENGTH = 64
+
+
+def check_prefix(prefix: str) -> str:
+    """``prefix`` if it is a usable key prefix; ValueError saying why not."""
+    if not prefix:
+        raise ValueError("key_prefix must not be empty: keys of every deployment would mix")
+    if len(prefix) > MAX_PREFIX_LENGTH:
+        raise ValueError(f"key_prefix must be at most {MAX_PREFIX_LENGTH} characters, "
+                         f"got {len(prefix)}")
+    if not PREFIX_CHARS.fullmatch(prefix):
+        raise ValueError("key_prefix may hold only letters, digits and '_.:-' (no spaces, "
+                         "braces or the glob characters *?[] that break SCAN patterns)")
+    return prefix
 
 
 def completed(prefix: str) -> str:
@@ -44,9 +66,22 @@ def reseq(prefix: str, destination: str, part: str) -> str:
     lease: only grows), wake (string, due ms of the booked sender run),
     gap (string 'seq:ms', when the sender first saw seq missing with later ones
     ready), skipped (list of skip records, newest first, capped), stats (hash of
-    counters: sent, skipped, late).
+    counters: sent, skipped, late, dead, refused:<status>), outage (hash: the
+    destination's current outage, see ``reseq_outage``).
     """
     return f"{prefix}:reseq:{{{destination}}}:{part}"
+
+
+#: The part holding a destination's outage (``reseq(prefix, d, OUTAGE)``).
+OUTAGE = "outage"
+
+
+def reseq_outage(prefix: str, destination: str) -> str:
+    """Hash of the destination's current outage (since, status, reason, tries, seq, kind,
+    last), written by its sender on every refused try with a TTL (a sender that stops
+    trying lets it expire) and deleted when the destination answers again: what
+    ``recur status`` names and the exporter's ``recur_destination_outage`` reads."""
+    return reseq(prefix, destination, OUTAGE)
 
 
 def reseq_destinations(prefix: str) -> str:

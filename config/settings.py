@@ -8,6 +8,7 @@ setting must never be silently ignored.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -15,9 +16,14 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any
 
-from config.bucketfile import load_table
+from config.bucketfile import NAME, load_table
 from config.buckets import BUILTIN, DEFAULT_KINDS, BucketTable
+from config.checks import check_bind, contradictions, is_secret, placeholder_problem
+from config.destination_policy import parse_policies, parse_statuses
 from config.errors import BucketsFileError, ConfigError
+from config.keys import check_prefix
+from config.redact import MASK, masked
+from config.signing import check_key
 
 PREFIX = "RECUR_"
 
@@ -40,6 +46,17 @@ class Settings:
         default="sqlite:///recur.sqlite3",
         metadata=_doc("Due-jobs store; SQLite is the embedded one-machine default, "
                       "use postgresql+psycopg://... in production."))
+    result_expires: float = field(
+        default=86400.0,
+        metadata=_doc("Seconds Redis keeps a failed task's error (recur dead list shows it "
+                      "beside the dead letter, which stays in RabbitMQ): a failure flood costs "
+                      "Redis a day of errors, not a week."))
+    signing_key: str = field(
+        default="",
+        metadata=_doc("HMAC key signing the control headers (recur_dispatch, recur_lock_seq, "
+                      "recur_lock_since): workers dead-letter a message whose headers are "
+                      "unsigned or forged. Empty: off; else 16 characters or more, the same "
+                      "on every process."))
     result_backend: str = field(
         default="",
         metadata=_doc("Celery result backend; empty means redis_url (chords need Redis)."))
@@ -51,6 +68,22 @@ class Settings:
         default=1024,
         metadata=_doc("Largest encoded payload accepted; the population's messages "
                       "are under 100 bytes, so 1 KiB catches mistakes, not data."))
+    max_job_key_bytes: int = field(
+        default=512,
+        metadata=_doc("Longest job key (UTF-8 bytes) apply_async accepts for the due-jobs "
+                      "store: well under PostgreSQL's index entry limit and a broker frame "
+                      "(at most 1800)."))
+    max_call_bytes: int = field(
+        default=65536,
+        metadata=_doc("Largest encoded call (a stored row's args and kwargs as JSON) apply_async "
+                      "accepts for the due-jobs store, so its message always fits one broker "
+                      "frame (at most 120000); the scheduler sets aside a stored row over it."))
+    unknown_bucket_grace: float = field(
+        default=10.0,
+        metadata=_doc("Seconds a due row whose bucket is not in the scheduler's bucket table "
+                      "waits (a scheduler with a newer bucket file may take it) before it is "
+                      "set aside (recur dead list); raise it for a slow rolling deploy that "
+                      "adds a bucket."))
     max_deliveries: int = field(
         default=5,
         metadata=_doc("Deliveries of one message before it is dead-lettered; enough "
@@ -106,6 +139,11 @@ class Settings:
         default=10_000,
         metadata=_doc("Messages per destination accepted but not yet sent; intake refuses "
                       "more, so a stuck destination cannot grow Redis without bound."))
+    reseq_max_entry_bytes: int = field(
+        default=16384,
+        metadata=_doc("Largest processed result (as JSON) one resequencer entry may hold; a "
+                      "bigger one is refused by name (its message skipped and dead-lettered), "
+                      "so RECUR_RESEQ_CAPACITY times this bounds a destination in Redis."))
     reseq_steps: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}),
         metadata=_doc("Each destination's processing step, 'destination:task.name,...': a "
@@ -125,6 +163,16 @@ class Settings:
     send_backoff_max: float = field(
         default=5.0,
         metadata=_doc("Longest wait between two tries of a send."))
+    destination_outage_statuses: tuple[int, ...] = field(
+        default=(),
+        metadata=_doc("HTTP statuses that also say a destination is not ready ('409,423', "
+                      "'4xx'), besides 401, 403, 404, 410 and every 3xx: its sender keeps its "
+                      "place and retries instead of setting the message aside."))
+    destination_policies: Mapping[str, Mapping[int, str]] = field(
+        default_factory=lambda: MappingProxyType({}),
+        metadata=_doc("A destination's own statuses, 'billing:outage=409+423;dead=404,crm:"
+                      "outage=4xx': outage waits and retries, dead sets that message aside "
+                      "replayably (docs/resequencer.md)."))
     sender_lease: float = field(
         default=3.0,
         metadata=_doc("Seconds a destination's sender lease lasts; a heartbeat renews it "
@@ -153,6 +201,11 @@ class Settings:
         default="retry",
         metadata=_doc("'retry' (fail closed: never run a locked task unlocked) or "
                       "'run-unlocked' (explicit opt-out)."))
+    lock_max_parked: int = field(
+        default=10_000,
+        metadata=_doc("Jobs of one user waiting for their turn (numbered, not finished) before "
+                      "apply_async refuses more (LockLineFull); a job already sent that finds "
+                      "this many parked waits in the broker, not in Redis (docs/distlock.md)."))
     lock_chain_seconds: float = field(
         default=15.0,
         metadata=_doc("Seconds (from its delivery) a worker process goes on running its "
@@ -163,6 +216,11 @@ class Settings:
         default=5.0,
         metadata=_doc("Delays (countdown/eta) at least this many seconds go to the due-jobs "
                       "store; shorter ones are published directly."))
+    min_every: float = field(
+        default=0.1,
+        metadata=_doc("Shortest payload 'every' a recurring message may ask for (apply_async "
+                      "refuses shorter; a stored row asking for less runs this often): "
+                      "every=0 would run a job back to back for ever."))
     lease_seconds: float = field(
         default=1800.0,
         metadata=_doc("How long a dispatched job may stay unfinished before it is dispatched "
@@ -216,6 +274,18 @@ class Settings:
         default=0,
         metadata=_doc("Port of this process's Prometheus /metrics (worker, scheduler, "
                       "exporter, ...); 0 turns it off. Give each process on a host its own."))
+    metrics_bind: str = field(
+        default="127.0.0.1",
+        metadata=_doc("Address the /metrics servers listen on: this host only by default; "
+                      "0.0.0.0 (every interface) when a scraper elsewhere needs it, with "
+                      "RECUR_METRICS_USER/PASSWORD set."))
+    metrics_user: str = field(
+        default="",
+        metadata=_doc("Basic-auth user every /metrics asks for (with RECUR_METRICS_PASSWORD; "
+                      "both or neither); empty: no auth, for a loopback-only bind."))
+    metrics_password: str = field(
+        default="",
+        metadata=_doc("Basic-auth password of /metrics, see RECUR_METRICS_USER."))
     metrics_refresh: float = field(
         default=15.0,
         metadata=_doc("Seconds between the exporter's background reads of the store, queues "
@@ -229,6 +299,11 @@ class Settings:
         default=60.0,
         metadata=_doc("Seconds between the scheduler's INFO summary lines (dispatched, pulled "
                       "forward, recovered, lag); per-pass lines are DEBUG."))
+    strict: bool = field(
+        default=False,
+        metadata=_doc("1: refuse to start (exit code 2) when Redis would lose locks or parked "
+                      "jobs (no maxmemory-policy noeviction, no appendonly yes); 0: a WARNING "
+                      "line at start. recur doctor fails on it too (docs/security.md)."))
 
     @property
     def buckets(self) -> BucketTable:
@@ -245,8 +320,9 @@ def _parse_kinds(raw: str, table: BucketTable) -> Mapping[str, str]:
     kinds = dict(table.kinds)
     for item in filter(None, (part.strip() for part in raw.split(","))):
         kind, sep, bucket = item.partition(":")
-        if not sep or not kind.strip() or not bucket.strip():
-            raise ValueError(f"{item!r} is not 'kind:bucket'")
+        if not sep or not NAME.fullmatch(kind.strip()) or not bucket.strip():
+            raise ValueError(f"{item!r:.80} is not 'kind:bucket' (a kind is letters, digits, "
+                             "'_', '-' or '.')")
         if bucket.strip() not in table.names:
             raise ValueError(f"kind {kind.strip()!r} maps to unknown bucket {bucket.strip()!r}"
                              f" (buckets: {', '.join(table.names)})")
@@ -282,6 +358,16 @@ def _parse_imports(raw: str) -> tuple[str, ...]:
     return names
 
 
+def _parse_bool(raw: str) -> bool:
+    """A switch: 1/true/yes or 0/false/no (any case); anything else is a mistake, not off."""
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes"):
+        return True
+    if word in ("0", "false", "no"):
+        return False
+    raise ValueError("must be 1, 0, true, false, yes or no")
+
+
 def _parse(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
     if name == "kinds":
         return _parse_kinds(raw, table)
@@ -291,6 +377,12 @@ def _parse(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
         return _parse_destinations(raw)
     if name == "reseq_steps":
         return _parse_steps(raw)
+    if name == "destination_outage_statuses":
+        return parse_statuses(raw)
+    if name == "destination_policies":
+        return parse_policies(raw)
+    if kind in (bool, "bool"):
+        return _parse_bool(raw)
     if kind in (int, "int"):
         return int(raw)
     if kind in (float, "float"):
@@ -298,17 +390,48 @@ def _parse(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
     return raw
 
 
-#: Bounds of numeric settings, and the choices of enumerated ones.
+#: Bounds of numeric settings, and the choices of enumerated ones. Every number is
+#: finite, at least its lower bound (the set it is in; none: >= 0) and at most its
+#: AT_MOST entry (none: DEFAULT_AT_MOST); `recur settings` prints each range.
 POSITIVE = frozenset({
     "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
     "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
     "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
     "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
-    "metrics_top_destinations", "status_interval", "sender_lease", "outage_budget"})
+    "metrics_top_destinations", "status_interval", "sender_lease", "outage_budget",
+    "min_every", "result_expires"})
 NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
-                          "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds"})
+                          "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds",
+                          "unknown_bucket_grace"})
 FRACTIONS = frozenset({"pull_forward_fraction"})
-AT_LEAST_ONE = frozenset({"max_payload_bytes", "max_deliveries"})
+AT_LEAST_ONE = frozenset({"lock_max_parked", "reseq_max_entry_bytes",
+                          "max_payload_bytes", "max_deliveries", "max_job_key_bytes",
+                          "max_call_bytes", "flower_port"})
+HOUR, DAY = 3600, 86400
+#: Upper bounds: above one is a typo or a unit mistake (ms for s), not a deployment.
+AT_MOST: dict[str, float] = {
+    # a job key PostgreSQL can index beside a user id; a call that fits one frame
+    "max_job_key_bytes": 1800, "max_call_bytes": 120_000,
+    "max_payload_bytes": 1 << 20,  # a message carries references to data, not the data
+    "max_deliveries": 100, "send_retries": 100,  # more is a retry loop, not resilience
+    "work_scale": 1000, "completion_log_maxlen": 10_000_000, "reseq_capacity": 10_000_000,
+    "flower_port": 65535, "metrics_port": 65535,  # TCP ports
+    "low_watermark": 1_000_000_000, "high_watermark": 1_000_000_000,  # a benchmark: never
+    "drain_batch": 100_000, "drain_threads": 64, "metrics_top_destinations": 1000,
+    "pull_forward_fraction": 1,
+    # waits and timeouts: an hour for a network call or a poll, a day or a week for a budget
+    "send_timeout": 300, "send_backoff": HOUR, "send_backoff_max": HOUR,
+    "sender_lease": HOUR, "lock_reap_interval": HOUR, "lock_chain_seconds": HOUR,
+    "outage_budget": HOUR, "metrics_refresh": HOUR, "scheduler_interval": 60,
+    "reseq_gap_timeout": DAY, "lock_ttl": DAY, "schedule_threshold": DAY,
+    "pull_forward_min_seconds": DAY, "status_interval": DAY, "min_every": DAY,
+    "unknown_bucket_grace": DAY, "lease_seconds": 7 * DAY, "lock_gap_timeout": 7 * DAY,
+    "lock_wait_budget": 30 * DAY,
+    # a user's line and one resequencer result: Redis memory, not a throughput knob
+    "lock_max_parked": 10_000_000, "reseq_max_entry_bytes": 1 << 23, "result_expires": 30 * DAY,
+}
+#: Upper bound of a numeric setting without its own AT_MOST entry: finite, at least.
+DEFAULT_AT_MOST = 1_000_000_000
 CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
 
 
@@ -324,8 +447,7 @@ def _check(values: dict[str, Any], table: BucketTable) -> None:
     """Refuse a value out of its bounds (one setting at a time, as it is read)."""
     for name, value in values.items():
         _check_bounds(name, value)
-    if values.get("metrics_port", 0) > 65535:
-        raise ValueError("metrics_port must be a TCP port (0 turns metrics off)")
+        _check_text(name, value)
     _check_database_url(values.get("database_url", "sqlite://"))
     for name in filter(None, values.get("pull_forward", "").split(",")):
         if name.strip() not in table.names:
@@ -333,17 +455,59 @@ def _check(values: dict[str, Any], table: BucketTable) -> None:
                              f"(buckets: {', '.join(table.names)})")
 
 
+def number_bounds(name: str) -> tuple[float, float, bool]:
+    """(lowest, highest, whether the lowest itself is refused) of numeric setting ``name``."""
+    high = 1 if name in FRACTIONS else AT_MOST.get(name, DEFAULT_AT_MOST)
+    if name in POSITIVE:
+        return 0, high, True
+    return (1 if name in AT_LEAST_ONE else 0), high, False
+
+
+def bounds_text(name: str) -> str:
+    """A numeric setting's documented range, as `recur settings` prints it."""
+    low, high, excluded = number_bounds(name)
+    return f"above {low}, at most {_num(high)}" if excluded else f"{low} to {_num(high)}"
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _check_number(name: str, value: float) -> None:
+    low, high, excluded = number_bounds(name)
+    if (low < value if excluded else low <= value) and value <= high:  # nan fails both
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        problem = "must be a finite number"
+    elif value > high:
+        problem = f"must be at most {_num(high)}"
+    elif excluded:
+        problem = "must be positive"
+    else:
+        problem = "must not be negative" if low == 0 else f"must be at least {low}"
+    if name in FRACTIONS:
+        problem = "must be between 0 and 1"
+    raise ValueError(f"{name} {problem} ({bounds_text(name)}), got {value!r}")
+
+
 def _check_bounds(name: str, value: Any) -> None:
-    if name in POSITIVE and value <= 0:
-        raise ValueError(f"{name} must be positive")
-    if name in NON_NEGATIVE and value < 0:
-        raise ValueError(f"{name} must not be negative")
-    if name in FRACTIONS and not 0 <= value <= 1:
-        raise ValueError(f"{name} must be between 0 and 1")
-    if name in AT_LEAST_ONE and value < 1:
-        raise ValueError(f"{name} must be at least 1")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _check_number(name, value)
     if name in CHOICES and value not in CHOICES[name]:
         raise ValueError(f"{name} must be {' or '.join(map(repr, CHOICES[name]))}")
+
+
+def _check_text(name: str, value: Any) -> None:
+    """The key prefix, the metrics address, and no placeholder password anywhere."""
+    if name == "key_prefix":
+        check_prefix(value)
+    if name == "metrics_bind":
+        check_bind(value)
+    if name == "signing_key":
+        check_key(value)
+    problem = placeholder_problem(name, value)
+    if problem:
+        raise ValueError(problem)
 
 
 def _check_database_url(url: str) -> None:
@@ -365,7 +529,6 @@ def problems(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], 
     are checked against it, and they default to its own.
     """
     env = os.environ if environ is None else environ
-    known = {f.name: f for f in fields(Settings)}
     bad: list[str] = []
     try:
         table = load_table(env.get(PREFIX + "BUCKETS_FILE", ""))
@@ -373,44 +536,74 @@ def problems(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], 
         bad.append(str(exc))
         table = BUILTIN
     values: dict[str, Any] = {"kinds": table.kinds, "pull_forward": ",".join(table.names)}
+    bad_names = {"buckets_file"} if bad else set()
     for var, raw in sorted(env.items()):
-        if not var.startswith(PREFIX):
-            continue
-        name = var[len(PREFIX):].lower()
-        if name in REMOVED:
-            bad.append(f"{var}: {REMOVED[name]}")
-        elif name not in known:
-            bad.append(f"{var}: unknown setting (see `recur settings` for the known ones)")
-        else:
-            try:
-                value = _parse(name, known[name].type, raw, table)
-                _check({name: value}, table)
-            except ValueError as exc:
-                bad.append(f"{var}={_masked(raw)!r}: {_plain(exc)}")
-                continue
-            values[name] = value
+        if var.startswith(PREFIX) and (line := _read(var, raw, table, values)):
+            bad.append(line)
+            bad_names.add(var[len(PREFIX):].lower())
     unknown = set(values.get("reseq_steps", {})) - set(values.get("destinations", {}))
     if unknown:
         bad.append(f"RECUR_RESEQ_STEPS names destination(s) not in RECUR_DESTINATIONS: "
                    f"{', '.join(sorted(unknown))}")
-    return values, bad
+    unknown = set(values.get("destination_policies", {})) - set(values.get("destinations", {}))
+    if unknown:
+        bad.append(f"RECUR_DESTINATION_POLICIES names destination(s) not in "
+                   f"RECUR_DESTINATIONS: {', '.join(sorted(unknown))}")
+    bad += contradictions({**defaults(), **values}, table, bad_names)
+    return values, [masked(line) for line in bad]
+
+
+def _read(var: str, raw: str, table: BucketTable, values: dict[str, Any]) -> str | None:
+    """Parse and check one variable into ``values``; the line saying why not, if not."""
+    name = var[len(PREFIX):].lower()
+    known = {f.name: f for f in fields(Settings)}
+    if name in REMOVED:
+        return f"{var}: {REMOVED[name]}"
+    if name not in known:
+        return f"{var}: unknown setting (see `recur settings` for the known ones)"
+    try:
+        value = _parse(name, known[name].type, raw, table)
+        _check({name: value}, table)
+    except ValueError as exc:
+        problem = _plain(exc)
+        if _numeric(known[name].type) and bounds_text(name) not in problem:
+            problem += f"; {name} is {bounds_text(name)}"
+        return f"{var}={shown(name, raw)!r:.100}: {problem}"
+    values[name] = value
+    return None
+
+
+def _numeric(kind: Any) -> bool:
+    return kind in (int, float, "int", "float")
+
+
+def defaults() -> dict[str, Any]:
+    """Every setting's default value, by field name."""
+    return {f.name: f.default_factory() if callable(f.default_factory) else f.default
+            for f in fields(Settings)}
+
+
+def shown(name: str, raw: str) -> str:
+    """A setting's value as it may be printed or logged: a secret as ***, URLs masked."""
+    if is_secret(name):
+        return MASK if raw else raw
+    return masked(raw, stop_at_space=False)
 
 
 def _plain(exc: ValueError) -> str:
     """int()/float()'s message, said for a setting."""
     text = str(exc)
     if text.startswith(("invalid literal for int()", "could not convert string to float")):
-        return f"{'not a number' if 'float' in text else 'not a whole number'} ({text})"
+        said = text.partition(":")[0]  # not the value after it: it may hold a password
+        return f"{'not a number' if 'float' in text else 'not a whole number'} ({said})"
+    if text.startswith("Exceeds the limit"):
+        return "not a whole number of a sane size"
     return text
 
 
 def _masked(raw: str) -> str:
     """A URL's password replaced by ***, so an error line can be shown and logged."""
-    head, sep, rest = raw.partition("://")
-    userinfo, at, host = rest.rpartition("@")
-    if sep and at and ":" in userinfo:
-        return f"{head}://{userinfo.partition(':')[0]}:***@{host}"
-    return raw
+    return masked(raw, stop_at_space=False)
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
@@ -429,13 +622,17 @@ def settings() -> Settings:
 
 
 def describe() -> list[tuple[str, str, str]]:
-    """(variable, default, reason) for every setting: the documentation table."""
+    """(variable, default, reason) for every setting: the documentation table. A numeric
+    setting's reason ends with its range; a secret default is shown masked."""
     rows = []
     for f in fields(Settings):
         default = f.default_factory() if callable(f.default_factory) else f.default
         if isinstance(default, Mapping):
-            shown = ",".join(f"{k}:{v}" for k, v in default.items())
+            text = ",".join(f"{k}:{v}" for k, v in default.items())
         else:
-            shown = ",".join(default) if isinstance(default, tuple) else str(default)
-        rows.append((PREFIX + f.name.upper(), shown, f.metadata["doc"]))
+            text = ",".join(default) if isinstance(default, tuple) else str(default)
+        doc = f.metadata["doc"]
+        if _numeric(f.type):
+            doc = f"{doc} Bounds: {bounds_text(f.name)}."
+        rows.append((PREFIX + f.name.upper(), shown(f.name, text), doc))
     return rows

@@ -19,7 +19,12 @@ from typing import Any
 from kombu import Connection, Producer
 
 from config.buckets import Bucket
+from config.errors import InvalidArgument
 from routing.queues import TASK_EXCHANGE
+
+#: Most dead messages (or set-aside rows) one ``recur dead list`` shows: each is read
+#: from the queue and held unacknowledged until the listing ends.
+MAX_LIST = 1000
 
 #: Headers dropped when a message is replayed: the broker's dead-lettering ones, and a
 #: locked job's number and submission time (tasks/distlock), so a replay takes a new
@@ -64,9 +69,18 @@ def _describe(raw: Any, error_of: Callable[[str], str]) -> DeadMessage:
                        reason=reason, from_queue=queue, error=error_of(task_id))
 
 
+def check_limit(limit: int) -> int:
+    """``limit`` if it is 1..MAX_LIST; else :class:`InvalidArgument`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST:
+        raise InvalidArgument(f"--limit must be 1..{MAX_LIST}, got {limit!r}")
+    return limit
+
+
 def list_dead(conn: Connection, bucket: Bucket, error_of: Callable[[str], str],
               limit: int = 100) -> list[DeadMessage]:
-    """Up to ``limit`` dead messages of ``bucket``, oldest first, left in the queue."""
+    """Up to ``limit`` (1..MAX_LIST) dead messages of ``bucket``, oldest first, left in
+    the queue."""
+    check_limit(limit)
     found: list[DeadMessage] = []
     with conn.channel() as channel:
         for _ in range(limit):

@@ -57,8 +57,9 @@ def submit(destination: str, message: Any, cfg: Settings | None = None,
            step: Any = None) -> Accepted:
     """Take one message for ``destination``; it is sent after every earlier one.
 
-    ``step`` (a task or its name) processes it; None: the destination's step in
-    RECUR_RESEQ_STEPS, else the bucket's simulated work.
+    ``step`` (a task or its name) processes it: the destination's step in
+    RECUR_RESEQ_STEPS or a task registered with ``@reseq_step`` (tasks/reseq_steps.py),
+    else UnknownStep; None: the destination's step, else the bucket's simulated work.
     """
     return submit_batch(destination, [message], cfg, step)[0]
 
@@ -67,11 +68,14 @@ def submit_batch(destination: str, messages: Sequence[Any],
                  cfg: Settings | None = None, step: Any = None) -> list[Accepted]:
     """Take several messages, numbered in list order; one chord processes them."""
     from tasks.redis_conn import get_redis
+    from tasks.reseq_steps import step_for
     from tasks.resequence import resequence_batch, resequence_process
 
     cfg = cfg or settings()
     check_destination(destination, cfg)
     name = step_name(step)
+    if name is not None:  # the destination's own, or registered as a step: UnknownStep if not
+        step_for(destination, step, cfg, load=True)
     options = {"step": name} if name else {}
     if not messages:
         raise InvalidMessage("messages", "empty batch")

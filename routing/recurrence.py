@@ -4,20 +4,25 @@ The one place that reads it: ``tasks.process_message`` asks it for the next
 run, and ``apply_async`` on a task that recurs by its payload checks it
 before anything is written, so a malformed schedule is refused at the call
 (``InvalidMessage`` naming ``payload.every`` or ``payload.runs``), not
-dead-lettered by the worker later.
+dead-lettered by the worker later. ``every`` is at least RECUR_MIN_EVERY
+(default 0.1 s) and at most ten years; ``runs`` is null or 1 to a billion.
+A row stored before the minimum was raised runs at the minimum (the worker
+raises its ``every``), never faster, and is not dead-lettered for it.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from config.errors import InvalidMessage
+from config.settings import settings
 
 #: Ten years: a longer ``every`` is a mistake (and overflows a datetime sooner or later).
 MAX_EVERY = 10 * 365 * 24 * 3600.0
+#: Runs left of one message: a billion runs, even a second apart, is 31 years; more is a typo.
+MAX_RUNS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -36,21 +41,45 @@ class Recurrence:
         return Recurrence(self.every, None if self.runs is None else self.runs - 1)
 
 
-def recurrence_of(payload: Any) -> Recurrence | None:
-    """The payload's schedule, or None when it does not recur; InvalidMessage if malformed."""
+def recurrence_of(payload: Any, min_every: float | None = None) -> Recurrence | None:
+    """The payload's schedule, or None when it does not recur; InvalidMessage if malformed.
+
+    ``every`` must be at least ``min_every`` (default RECUR_MIN_EVERY): a shorter
+    one, 0 above all, would run the job back to back for ever.
+    """
     if not isinstance(payload, Mapping) or ("every" not in payload and "runs" not in payload):
         return None
     if "every" not in payload:
         raise InvalidMessage("payload.every", "missing: 'runs' needs 'every'")
     every, runs = payload["every"], payload.get("runs")
-    if (isinstance(every, bool) or not isinstance(every, int | float)
-            or not math.isfinite(every) or not 0 <= every <= MAX_EVERY):
-        raise InvalidMessage("payload.every", f"must be a number of seconds from 0 to "
-                             f"{MAX_EVERY:.0f}, got {every!r:.60}")
-    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int) or runs < 1):
-        raise InvalidMessage("payload.runs", f"must be a positive integer (runs left) or null "
-                             f"(forever), got {runs!r:.60}")
+    _check_every(every, settings().min_every if min_every is None else min_every)
+    if runs is not None and (isinstance(runs, bool) or not isinstance(runs, int)
+                             or not 1 <= runs <= MAX_RUNS):
+        raise InvalidMessage("payload.runs", f"must be a whole number of runs left from 1 to "
+                             f"{MAX_RUNS} or null (forever), got {_shown(runs)}")
     return Recurrence(float(every), runs)
+
+
+def _check_every(every: Any, floor: float) -> None:
+    if isinstance(every, bool) or not isinstance(every, int | float):
+        raise InvalidMessage("payload.every", f"must be a number of seconds from {floor:g} "
+                             f"(RECUR_MIN_EVERY) to {MAX_EVERY:.0f}, got {_shown(every)}")
+    if every != every:
+        raise InvalidMessage("payload.every", "must be a finite number of seconds, got nan")
+    if every < floor:
+        raise InvalidMessage("payload.every", f"must be at least RECUR_MIN_EVERY = {floor:g} s "
+                             f"(a shorter interval runs the job back to back), "
+                             f"got {_shown(every)}")
+    if not every <= MAX_EVERY:
+        raise InvalidMessage("payload.every", f"must be at most {MAX_EVERY:.0f} s (ten years), "
+                             f"got {_shown(every)}")
+
+
+def _shown(value: Any) -> str:
+    """A value for an error line: at most 60 characters, even for an int of a million digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"
+    return f"{value!r:.60}"
 
 
 def check_call(args: Any, kwargs: Any) -> None:

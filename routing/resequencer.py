@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -59,6 +59,33 @@ class Next:
     now_ms: int
     #: Processed entries buffered (waiting behind this one if it is missing).
     buffered: int
+    #: Whether the destination has an outage on record (see ``mark_outage``).
+    outage: bool = False
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A destination's current outage: since when, and what its last try got."""
+
+    since: float  # epoch seconds
+    last: float
+    #: The last answer's status (0: no answer at all: timeout, connection refused).
+    status: int
+    reason: str
+    tries: int
+    #: The sequence number waiting (nothing after it goes out meanwhile).
+    seq: int
+    #: 'refused' (not ready: 401, 404, 3xx, ...) or 'unavailable' (5xx, timeout, ...).
+    kind: str
+
+    @classmethod
+    def of(cls, raw: dict[str, str]) -> Outage | None:
+        """From the outage hash (None: no outage, or a record too broken to read)."""
+        try:
+            return cls(int(raw["since"]) / 1000, int(raw["last"]) / 1000, int(raw["status"]),
+                       raw["reason"], int(raw["tries"]), int(raw["seq"]), raw["kind"])
+        except (KeyError, ValueError):
+            return None
 
 
 @dataclass(frozen=True)
@@ -74,6 +101,11 @@ class Status:
     skipped: int
     late: int
     sender_active: bool
+    #: Messages set aside in the destination's dead letter (routing/destination_dead.py).
+    dead_lettered: int = 0
+    #: Tries the destination held back or refused, by status ("401": 12).
+    refused: dict[str, int] = field(default_factory=dict)
+    outage: Outage | None = None
 
 
 class Resequencer:
@@ -85,7 +117,7 @@ class Resequencer:
         self.scripts: dict[str, Script] = {
             name: client.register_script(lua_source(name))
             for name in ("intake", "deposit", "acquire", "advance", "extend", "release",
-                         "wake")}
+                         "wake", "outage")}
 
     def preload(self) -> None:
         """Load every script into Redis now, so the first message does not pay for it."""
@@ -164,10 +196,12 @@ class Resequencer:
             pipe.hget(self.key(destination, "buffer"), str(sent + 1))
             pipe.time()
             pipe.hlen(self.key(destination, "buffer"))
-            pending, entry, (secs, micros), buffered = pipe.execute()
+            pipe.exists(keys.reseq_outage(self.cfg.key_prefix, destination))
+            pending, entry, (secs, micros), buffered, outage = pipe.execute()
         return Next(seq=sent + 1, pending=json.loads(pending) if pending else None,
                     entry=json.loads(entry) if entry else None,
-                    now_ms=int(secs) * 1000 + int(micros) // 1000, buffered=int(buffered))
+                    now_ms=int(secs) * 1000 + int(micros) // 1000, buffered=int(buffered),
+                    outage=bool(outage))
 
     def gap_since(self, destination: str, seq: int, now_ms: int) -> int:
         """When the sender first saw ``seq`` missing with later ones ready (ms); the
@@ -189,6 +223,30 @@ class Resequencer:
             self.keys_of(destination, "sender", "sent", "pending", "buffer", "skipped", "stats"),
             [token, seq, "skipped" if skipped is not None else "sent",
              json.dumps(skipped or {}), SKIPPED_KEPT, int(only_if_absent)]))
+
+    def set_aside(self, destination: str, token: str, seq: int, status: int | None) -> str:
+        """Record ``seq`` as set aside (its dead letter is already published), counted
+        with the destination's ``status`` (None: it never answered): as ``advance``."""
+        return str(self.run(
+            "advance",
+            self.keys_of(destination, "sender", "sent", "pending", "buffer", "skipped", "stats"),
+            [token, seq, "dead", "{}", SKIPPED_KEPT, 0, "" if status is None else status]))
+
+    def mark_outage(self, destination: str, status: int, reason: str, seq: int, kind: str,
+                    tries: int, ttl_ms: int) -> str:
+        """Record a try the destination held back: 'new' (an outage starts: say so once),
+        'changed' (another status or kind) or 'same'; see outage.lua."""
+        return str(self.run("outage", self.keys_of(destination, keys.OUTAGE, "stats"),
+                            ["down", status, reason[:500], seq, kind, tries, ttl_ms]))
+
+    def end_outage(self, destination: str) -> tuple[float, int, int] | None:
+        """End the destination's outage: (since, tries, last status) of the one that ended,
+        or None when there was none (another sender ended it already)."""
+        ended = self.run("outage", self.keys_of(destination, keys.OUTAGE, "stats"), ["up"])
+        if not ended:
+            return None
+        since, tries, status = (int(part or 0) for part in ended)
+        return since / 1000, tries, status
 
     def release(self, destination: str, token: str, force: bool = False) -> str:
         """Let go unless work came in that needs a sender (see release.lua):
@@ -217,12 +275,17 @@ class Resequencer:
             pipe.hlen(self.key(destination, "buffer"))
             pipe.hgetall(self.key(destination, "stats"))
             pipe.exists(self.key(destination, "sender"))
-            sent, assigned, buffered, stats, sender = pipe.execute()
+            pipe.hgetall(self.key(destination, keys.OUTAGE))
+            sent, assigned, buffered, stats, sender, outage = pipe.execute()
         sent, assigned = int(sent or 0), int(assigned or 0)
+        refused = {name.partition(":")[2]: int(count) for name, count in stats.items()
+                   if name.startswith("refused:")}
         return Status(destination=destination, next_seq=sent + 1, assigned=assigned,
                       buffered=int(buffered), in_flight=assigned - sent - int(buffered),
                       sent=int(stats.get("sent", 0)), skipped=int(stats.get("skipped", 0)),
-                      late=int(stats.get("late", 0)), sender_active=bool(sender))
+                      late=int(stats.get("late", 0)), sender_active=bool(sender),
+                      dead_lettered=int(stats.get("dead", 0)), refused=refused,
+                      outage=Outage.of(outage) if outage else None)
 
     def skipped(self, destination: str, limit: int = 100) -> list[dict[str, Any]]:
         """The newest skip records of a destination, newest first."""

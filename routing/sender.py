@@ -4,15 +4,26 @@ At most one sender runs per destination: it holds the destination's lease (a
 Redis key with its token, a short TTL renewed by a heartbeat while it runs, and
 a fence sent with every POST: see :mod:`routing.lease`). It sends ``sent + 1``
 and records it atomically, then the next, until the next one is not processed
-yet. A failed message, a refused send or a gap (a missing sequence number with
-later ones ready behind it) still open after RECUR_RESEQ_GAP_TIMEOUT is
-skipped, recorded and logged, so the destination never blocks forever. The
-timeout runs from when the gap is first seen, as in Camel's stream
-resequencer, so a backlog in the processing queues (which keeps arrival
-order) is not mistaken for a lost message. While a send is retried nothing
-after it goes out, so retries never reorder. A sender that has to wait (a gap
-not yet timed out, a destination that stays down, another sender's lease)
-books a delayed run of itself through ``wake`` instead of sleeping on it.
+yet. What the destination's answer means is its policy's word
+(config/destination_policy.py):
+
+* an outage (401, 403, 404, 410, a redirect) or a send that keeps failing
+  (5xx, timeouts) holds the destination: the sender keeps its place and backs
+  off, nothing after it goes out, nothing is skipped; the outage is recorded
+  and said once (routing/destination_outage.py);
+* a refusal of the message itself (400, 413, 422, ...), a message whose
+  processing failed for good, or one for a destination this sender does not
+  know, is set aside in the destination's dead letter, durably and replayably
+  (routing/destination_dead.py), and the sender goes on in order.
+
+A gap (a missing sequence number with later ones ready behind it) still open
+after RECUR_RESEQ_GAP_TIMEOUT is skipped, recorded and logged, so the
+destination never blocks forever. The timeout runs from when the gap is first
+seen, as in Camel's stream resequencer, so a backlog in the processing queues
+(which keeps arrival order) is not mistaken for a lost message. A sender that
+has to wait (a gap not yet timed out, a destination that stays down, another
+sender's lease) books a delayed run of itself through ``wake`` instead of
+sleeping on it.
 """
 
 from __future__ import annotations
@@ -22,16 +33,22 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from functools import partial
 
-from config.errors import DestinationUnavailable
+from config.destination_policy import Verdict
+from config.errors import ServiceUnavailable
+from routing.destination_dead import DeadLetter, letter, publish
+from routing.destination_outage import answered, held_back
 from routing.lease import Heartbeat, holder_token
-from routing.outbound import Delivery, post_with_retries
+from routing.outbound import Answer, Delivery, post_with_retries
 from routing.resequencer import Next, Resequencer, skip_record
 
 log = logging.getLogger(__name__)
 
 #: Books a sender run for the destination in the given number of seconds.
 Wake = Callable[[float], None]
+#: Puts a dead letter in its destination's queue, confirmed (routing.destination_dead).
+SetAside = Callable[[DeadLetter], None]
 
 
 class Step(Enum):
@@ -51,16 +68,19 @@ TURN_SECONDS = 10.0
 
 @dataclass(frozen=True)
 class Lease:
-    """The running sender's hold on its destination."""
+    """The running sender's hold on its destination, and where its dead letters go."""
 
     token: str
     fence: int
+    set_aside: SetAside
 
 
-def run_sender(reseq: Resequencer, destination: str, wake: Wake) -> str:
+def run_sender(reseq: Resequencer, destination: str, wake: Wake,
+               set_aside: SetAside | None = None) -> str:
     """Send what is ready for ``destination``; returns why it stopped.
 
-    ``wake(0)`` asks for another run at once (the turn is over).
+    ``wake(0)`` asks for another run at once (the turn is over); ``set_aside``
+    (default: the broker queue of routing.destination_dead) keeps refused messages.
     """
     token = holder_token()
     fence = reseq.acquire(destination, token)
@@ -68,7 +88,7 @@ def run_sender(reseq: Resequencer, destination: str, wake: Wake) -> str:
         # Another sender runs (or died holding the lease): look again when it expires.
         wake(max(reseq.lock_left_ms(destination), 50) / 1000)
         return "busy"
-    lease = Lease(token, fence)
+    lease = Lease(token, fence, set_aside or partial(publish, reseq.cfg))
     try:
         with Heartbeat(lambda: reseq.extend(destination, token), reseq.cfg) as heartbeat:
             outcome = send_turn(reseq, destination, lease, wake, heartbeat)
@@ -124,36 +144,67 @@ def send_step(reseq: Resequencer, destination: str, lease: Lease, wake: Wake) ->
 
 
 def deliver(reseq: Resequencer, destination: str, lease: Lease, nxt: Next) -> Step:
-    """Send the processed entry of ``nxt`` (or skip it if processing failed)."""
+    """Send the processed entry of ``nxt`` (or set it aside if processing failed)."""
     assert nxt.entry is not None and nxt.pending is not None
     if "failed" in nxt.entry:
-        return skip(reseq, destination, lease.token, nxt, f"failed: {nxt.entry['failed']}")
+        return set_aside(reseq, destination, lease, nxt, f"failed: {nxt.entry['failed']}")
+    url = reseq.cfg.destinations.get(destination)
+    if url is None:
+        return set_aside(reseq, destination, lease, nxt, "not sent: the destination is not "
+                         "in this sender's RECUR_DESTINATIONS")
     delivery = Delivery(destination=destination, seq=nxt.seq, message_id=nxt.entry["id"],
                         arrived_at=nxt.pending["t"] / 1000, result=nxt.entry.get("result"),
                         fence=lease.fence)
-    url = reseq.cfg.destinations.get(destination)
-    if url is None:
-        return skip(reseq, destination, lease.token, nxt,
-                    "refused: destination no longer configured (RECUR_DESTINATIONS)")
-    try:
-        status = post_with_retries(url, delivery, reseq.cfg,
-                                   lambda: reseq.extend(destination, lease.token))
-    except DestinationUnavailable as exc:
-        log.warning("destination %s unavailable (%s); seq %d and later wait, "
-                    "retrying in %gs", destination, exc, nxt.seq, reseq.cfg.send_backoff_max)
-        return Step.BACKOFF
-    if status is None:
+    answer = post_with_retries(url, delivery, reseq.cfg,
+                               lambda: reseq.extend(destination, lease.token))
+    if answer is None:
         log.warning("destination %s: sender lost its lease before seq %d; another sender "
                     "takes over", destination, nxt.seq)
         return Step.LOST
-    if not 200 <= status < 300:
-        return skip(reseq, destination, lease.token, nxt, f"refused: HTTP {status}")
+    return follow(reseq, destination, lease, nxt, answer)
+
+
+def follow(reseq: Resequencer, destination: str, lease: Lease, nxt: Next,
+           answer: Answer) -> Step:
+    """Do what the destination's answer to ``nxt`` says."""
+    if answer.verdict in (Verdict.OUTAGE, Verdict.RETRY):
+        held_back(reseq, destination, nxt.seq, answer)
+        return Step.BACKOFF
+    if nxt.outage:
+        answered(reseq, destination, nxt.seq)
+    if answer.verdict is Verdict.DEAD:
+        return set_aside(reseq, destination, lease, nxt, f"refused: {answer.describe()}",
+                         answer.status)
     return advanced(reseq.advance(destination, lease.token, nxt.seq), destination, nxt.seq)
+
+
+def set_aside(reseq: Resequencer, destination: str, lease: Lease, nxt: Next, reason: str,
+              status: int | None = None) -> Step:
+    """Move ``nxt`` to the destination's dead letter (confirmed by the broker first), then
+    record it done, so a crash in between sets it aside twice, never loses it."""
+    assert nxt.entry is not None
+    if not reseq.extend(destination, lease.token):
+        return Step.LOST  # another sender holds it now and sends it itself
+    dead = letter(destination, nxt.seq, nxt.entry, reason, status)
+    try:
+        lease.set_aside(dead)
+    except ServiceUnavailable as exc:
+        log.warning("destination %s: cannot set aside seq %d (%s); it and everything after "
+                    "it wait, tried again in %gs", destination, nxt.seq, exc,
+                    reseq.cfg.send_backoff_max)
+        return Step.BACKOFF
+    outcome = reseq.set_aside(destination, lease.token, nxt.seq, status)
+    if outcome == "ok":
+        log.warning("destination %s: seq %d (message %s) set aside in its dead letter: %s "
+                    "(recur dead list --destination %s)", destination, nxt.seq, dead.id,
+                    reason, destination)
+    return advanced(outcome, destination, nxt.seq)
 
 
 def skip(reseq: Resequencer, destination: str, token: str, nxt: Next, reason: str,
          only_if_absent: bool = False) -> Step:
-    """Skip ``nxt`` for good: recorded, counted and logged."""
+    """Skip ``nxt`` for good (a gap that timed out: there is no message to keep):
+    recorded, counted and logged."""
     message_id = (nxt.entry or nxt.pending or {}).get("id", "")
     outcome = reseq.advance(destination, token, nxt.seq,
                             skip_record(nxt.seq, message_id, reason), only_if_absent)

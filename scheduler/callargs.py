@@ -76,18 +76,43 @@ def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0
         return json.dumps(body, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidMessage("args", f"not JSON-serialisable ({exc})") from exc
+    except RecursionError:
+        raise InvalidMessage("args", "nested too deeply to encode as JSON") from None
 
 
 def decode_call(text: str, job_key: str | None = None, bucket: str | None = None
                 ) -> tuple[list[Any], dict[str, Any], int]:
-    """(args, kwargs, retries) from a row's ``args`` text (compact or full form)."""
+    """(args, kwargs, retries) from a row's ``args`` text (compact or full form).
+
+    Text that is not one of those forms (a row another writer put in the store)
+    raises :class:`InvalidMessage` for ``args``, whatever is wrong with it.
+    """
+    try:
+        return _decode(text, job_key, bucket)
+    except (ValueError, TypeError, AttributeError, KeyError, OverflowError,
+            RecursionError) as exc:
+        raise InvalidMessage("args", f"the stored call cannot be decoded "
+                             f"({type(exc).__name__}: {str(exc)[:120]})") from exc
+
+
+def _decode(text: str, job_key: str | None, bucket: str | None
+            ) -> tuple[list[Any], dict[str, Any], int]:
     body = json.loads(text)
     if isinstance(body, list):
+        if not body:
+            raise ValueError("an empty array is not a message")
         return [_restore(dict(zip(MESSAGE_ARRAY, body, strict=False)), job_key, bucket)], {}, 0
-    args = list(body.get("args", []))
+    if not isinstance(body, dict):
+        raise TypeError(f"a JSON {type(body).__name__} is not a call")
+    args, kwargs, retries = body.get("args", []), body.get("kwargs", {}), body.get("retries", 0)
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise TypeError("args must be an array and kwargs an object")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be a whole number >= 0, got {retries!r:.40}")
+    args = list(args)
     if args:
         args[0] = _restore(args[0], job_key, bucket)
-    return args, dict(body.get("kwargs", {})), int(body.get("retries", 0))
+    return args, dict(kwargs), retries
 
 
 def message_of(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -18,10 +18,12 @@ from typing import Any
 
 from celery.exceptions import Ignore, Reject, Retry
 
+from config import signing
 from config.buckets import bucket_table
-from config.errors import InvalidSchedule, PermanentFailure, StoreError
-from config.settings import Settings
+from config.errors import InvalidControlHeader, InvalidSchedule, PermanentFailure, StoreError
+from config.settings import Settings, settings
 from routing.messages import validate_message
+from scheduler.bounds import Limits, check_call, check_job_key, check_retries
 from scheduler.callargs import encode_call, message_of
 from scheduler.metrics import STALE_DROPPED
 from scheduler.outages import budget_for, ride_out
@@ -55,10 +57,11 @@ class Dispatch:
         return None if self.due_us is None else EPOCH + timedelta(microseconds=self.due_us)
 
     def matches(self, live: tuple[int, datetime | None] | None) -> bool:
-        """Whether this copy is the row's live dispatch (token and lease stamp)."""
-        if live is None or live[0] != self.token:
+        """Whether this copy is the row's live dispatch (token and lease stamp: a copy
+        without a lease stamp matches nothing, since the token alone can repeat)."""
+        if live is None or live[0] != self.token or self.lease_us is None:
             return False
-        return self.lease_us is None or live[1] is None or micros(live[1]) == self.lease_us
+        return live[1] is None or micros(live[1]) == self.lease_us
 
     def header(self) -> list[Any]:
         """The header value of this dispatch (a copy handed back carries it again)."""
@@ -98,27 +101,57 @@ def _header(request: Any, name: str) -> Any:
 
 
 def dispatch_of(request: Any) -> Dispatch | None:
-    """The dispatch a task request carries (the scheduler's header), or None."""
-    return parse_dispatch(_header(request, DISPATCH_HEADER))
+    """The dispatch a task request carries (the scheduler's header), or None.
+
+    The header is input: a malformed one, one without its lease stamp, or (with
+    RECUR_SIGNING_KEY) one not signed for this job is refused with
+    InvalidControlHeader, and the worker dead-letters the message unrun."""
+    value = _header(request, DISPATCH_HEADER)
+    if value is not None:
+        signing.verify(settings().signing_key, getattr(request, "id", None),
+                       getattr(request, "task", None), DISPATCH_HEADER, value,
+                       _header(request, signing.SIG_HEADER))
+    return parse_dispatch(value)
 
 
 def dispatch_in(headers: Mapping[str, Any]) -> Dispatch | None:
     """The dispatch a raw message's headers carry (a dead letter's, say), or None;
-    a malformed header counts as none: such a copy is nobody's live dispatch."""
+    a malformed, lease-less or badly signed header counts as none: such a copy is
+    nobody's live dispatch."""
     try:
+        signing.verify_headers(settings().signing_key, headers, DISPATCH_HEADER)
         return parse_dispatch(headers.get(DISPATCH_HEADER))
-    except (TypeError, ValueError):
+    except InvalidControlHeader:
         return None
 
 
 def parse_dispatch(value: Any) -> Dispatch | None:
-    """A ``recur_dispatch`` header value as a :class:`Dispatch` (None: no header)."""
+    """A ``recur_dispatch`` header value as a :class:`Dispatch` (None: no header);
+    InvalidControlHeader unless it is ``[job key, token, lease, due]`` (due may be
+    absent or null; the lease stamp may not)."""
     if value is None:
         return None
+    if not isinstance(value, list | tuple) or len(value) not in (3, 4):
+        raise InvalidControlHeader(DISPATCH_HEADER, f"must be [job key, token, lease, due], "
+                                   f"got {value!r:.80}")
     key, token, lease, *rest = value
+    if not isinstance(key, str) or not key:
+        raise InvalidControlHeader(DISPATCH_HEADER, f"the job key must be a non-empty "
+                                   f"string, got {key!r:.80}")
+    if lease is None:
+        raise InvalidControlHeader(DISPATCH_HEADER, "it carries no lease stamp, and a token "
+                                   "alone can repeat: it would match any lease")
     due = rest[0] if rest else None
-    return Dispatch(str(key), int(token), None if lease is None else int(lease),
-                    None if due is None else int(due))
+    return Dispatch(key, _stamp(token, "token"), _stamp(lease, "lease stamp"),
+                    None if due is None else _stamp(due, "due time"))
+
+
+def _stamp(value: Any, what: str) -> int:
+    """A whole number of a dispatch header (InvalidControlHeader if not one)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidControlHeader(DISPATCH_HEADER, f"the {what} must be a whole number, "
+                                   f"got {value!r:.40}")
+    return value
 
 
 def dispatch_header(job_key: str, token: int, lease_until: datetime,
@@ -133,13 +166,23 @@ def due_time(countdown: Any, eta: Any, now: datetime) -> datetime | None:
     if countdown is not None and eta is not None:
         raise InvalidSchedule("give countdown or eta, not both")
     if countdown is not None:
-        if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-            raise InvalidSchedule(f"countdown must be a number of seconds, got {countdown!r}")
-        if not math.isfinite(countdown) or countdown < 0:
-            raise InvalidSchedule(f"countdown must be a finite number >= 0, got {countdown!r}")
+        return _after_countdown(countdown, now)
+    return None if eta is None else _eta_utc(eta)
+
+
+def _after_countdown(countdown: Any, now: datetime) -> datetime:
+    if isinstance(countdown, bool) or not isinstance(countdown, int | float):
+        raise InvalidSchedule(f"countdown must be a number of seconds, got {countdown!r}")
+    if not math.isfinite(countdown) or countdown < 0:
+        raise InvalidSchedule(f"countdown must be a finite number >= 0, got {countdown!r}")
+    try:
         return now + timedelta(seconds=countdown)
-    if eta is None:
-        return None
+    except OverflowError:
+        raise InvalidSchedule(f"countdown {countdown!r} is past the last time a store "
+                              "can hold (year 9999)") from None
+
+
+def _eta_utc(eta: Any) -> datetime:
     if isinstance(eta, str):
         try:
             eta = datetime.fromisoformat(eta)
@@ -150,7 +193,10 @@ def due_time(countdown: Any, eta: Any, now: datetime) -> datetime | None:
     if eta.tzinfo is None or eta.utcoffset() is None:
         raise InvalidSchedule(f"eta {eta.isoformat()} is naive: give a timezone-aware time "
                               "(e.g. datetime.now(UTC) + delay)")
-    return eta.astimezone(UTC)
+    try:
+        return eta.astimezone(UTC)
+    except OverflowError:
+        raise InvalidSchedule(f"eta {eta.isoformat()} is out of range in UTC") from None
 
 
 @dataclass(frozen=True)
@@ -217,7 +263,9 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     """The store write for this call, or None when it should be published directly.
 
     Validates the delay options on every call and, for store calls, the message
-    (bucket, payload limit) and that the arguments are JSON. A reschedule by the
+    (bucket, payload limit), that the arguments are JSON, and the row's bounds
+    (scheduler/bounds.py: job key, encoded call), so nothing the store or the
+    broker would refuse is written. A reschedule by the
     running job gets its pull-forward floor; ``not_before`` makes the due time
     the floor.
     """
@@ -227,8 +275,9 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     due = due_time(options.get("countdown"), options.get("eta"), now)
     call_args, call_kwargs = list(args or ()), dict(kwargs or {})
     running = dispatch_of(request)
-    if job_key is not None and (not isinstance(job_key, str) or not job_key.strip()):
-        raise InvalidSchedule(f"job_key must be a non-empty string, got {job_key!r}")
+    limits = Limits.of(cfg)
+    if job_key is not None:  # bounds first: a bad key is refused before anything else
+        check_job_key(job_key, limits)
     message = validate_message(message_of(call_args, call_kwargs), cfg)
     key = job_key or resent_job_key(running, request, task_name, message) or message["id"]
     own = running if running is not None and running.job_key == key else None
@@ -239,8 +288,11 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
         if options.get(name) and own is None:
             raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
-    text = encode_call(call_args, call_kwargs, int(options.get("retries") or 0),
+    if job_key is None and own is None:
+        check_job_key(key, limits, "job_key (the message id)")
+    text = encode_call(call_args, call_kwargs, check_retries(options.get("retries")),
                        job_key=key, bucket=message["bucket"])
+    check_call(text, call_args, call_kwargs, limits)
     due = due or now
     # A run's reschedule gets its floor; a producer's call is a first run: none
     # (it may be pulled forward at once), unless it asks for not_before.

@@ -30,6 +30,7 @@ from scheduler.calls import Dispatch, dispatch_in, utcnow
 from scheduler.dead_verdict import REMOVED, Verdict, verdict
 from scheduler.metrics import DEAD_COPIES
 from scheduler.publisher import BROKER_ERRORS, ConfirmingPublisher
+from scheduler.set_aside import Caught
 from scheduler.store import DueStore
 from scheduler.store_dead import DeadCopies
 
@@ -134,8 +135,11 @@ class DeadSweep:
         elif judged is Verdict.BURY and copy is not None:
             reason = (f"delivery limit: delivered {self.max_deliveries} times, its last "
                       f"run never finished")
-            if dead.bury(copy, reason, self.publisher.publish_dead) is None:
+            caught = Caught(self.publisher.publish_dead)
+            if dead.bury(copy, reason, caught) is None:
                 return Verdict.WATCH
+            if caught.report():  # its dead letter cannot be built: the row is set aside
+                return judged
             log.warning("job %s: its last delivery died too (%s): dead-lettered to %s",
                         copy.job_key, reason, bucket.dead_queue)
         return judged

@@ -30,7 +30,9 @@ from scheduler.dead_sweep import DeadSweep
 from scheduler.fill_lock import FillLocks
 from scheduler.periodic import PeriodicEntry, entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
+from scheduler.set_aside import Caught, UnknownBuckets
 from scheduler.store import DueStore
+from scheduler.store_aside import AsideRows
 from scheduler.store_control import JobControl
 from scheduler.summary import Summary
 
@@ -58,9 +60,14 @@ class Backoff:
 
 
 def check_watermarks(cfg: Settings) -> None:
+    """Refuse watermarks that contradict; warn of a lease shorter than a time limit."""
+    from config.checks import lease_warnings
+
     if cfg.low_watermark > cfg.high_watermark:
         raise ConfigError(f"RECUR_LOW_WATERMARK ({cfg.low_watermark}) must not exceed "
                           f"RECUR_HIGH_WATERMARK ({cfg.high_watermark})")
+    for line in lease_warnings(cfg.lease_seconds, cfg.buckets):
+        log.warning("%s; set RECUR_LEASE_SECONDS above it", line)
 
 
 @dataclass
@@ -83,6 +90,7 @@ class Scheduler:
     backoff: Backoff = field(default_factory=Backoff)
     _fill_locks: FillLocks | None = None
     _dead_sweep: DeadSweep | None = None
+    _unknown: UnknownBuckets | None = None
 
     def __post_init__(self) -> None:
         if self.summary is None:
@@ -100,6 +108,13 @@ class Scheduler:
             self._dead_sweep = DeadSweep(self.store, self.publisher, self.cfg.buckets.buckets,
                                          self.cfg.max_deliveries)
         return self._dead_sweep
+
+    @property
+    def unknown_buckets(self) -> UnknownBuckets:
+        if self._unknown is None:
+            self._unknown = UnknownBuckets(AsideRows(self.store), self.cfg.buckets.names,
+                                           self.cfg.unknown_bucket_grace)
+        return self._unknown
 
     @property
     def pull_forward(self) -> set[str]:
@@ -162,8 +177,10 @@ class Scheduler:
     def pass_once(self) -> int:
         """One pass over leases and buckets; returns the rows moved."""
         now = utcnow()
+        caught = Caught(self.publisher.publish_dead)
         dead = self.store.dead_letter_expired(now, self.cfg.max_deliveries,
-                                              self.cfg.drain_batch, self.publisher.publish_dead)
+                                              self.cfg.drain_batch, caught)
+        caught.report()  # a poison row whose dead letter cannot be built: set aside
         if dead:
             log.warning("leases expired %d times, moved to the dead-letter queues: %s",
                         self.cfg.max_deliveries,
@@ -176,6 +193,7 @@ class Scheduler:
         assert self.summary is not None
         self.summary.leases(recovered, dead)
         moved = sum(recovered.values()) + sum(dead.values()) + self.dead_sweep.run()
+        moved += self.unknown_buckets.run(now)  # rows no claim of this scheduler would see
         fired = self.store.fire_periodic(now)
         if fired:
             log.info("periodic entries fired: %s", ", ".join(fired))
@@ -244,7 +262,8 @@ class Scheduler:
             return self._lane(self.publisher, 0, lane)
         while len(self._lanes) < lanes - 1:
             self._lanes.append(ConfirmingPublisher(self.publisher.broker_url,
-                                                   self.publisher.exchange))
+                                                   self.publisher.exchange,
+                                                   limits=self.publisher.limits))
         if self._pool is None or self._pool_size < lanes:
             if self._pool is not None:
                 self._pool.shutdown()
@@ -263,14 +282,16 @@ class Scheduler:
                 if not want:  # the queue is full (with the batches in flight): done
                     lane.budget.finish()
                     break
+            caught = Caught(publisher.publish)  # rows it refused are set aside, reported
             try:
                 got = self.store.dispatch(bucket.name, want, lane.now, lane.lease_until,
-                                          publisher.publish, early=lane.early)
+                                          caught, early=lane.early)
             finally:
                 if lane.cap is not None:
                     self.fill_locks.release(bucket.name, number)
             sent += got
-            if got < want:
+            set_aside = caught.report()  # committed: log and count what was set aside
+            if got + set_aside < want:  # a row set aside still came from the room
                 lane.budget.finish()
         return sent
 
@@ -323,8 +344,10 @@ def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
 def run_scheduler(cfg: Settings) -> None:
     """``recur scheduler``: run until SIGTERM/SIGINT, finishing the batch in hand."""
     from routing.queues import TASK_EXCHANGE, declare_topology
+    from tasks.redis_check import check_redis_at_start
 
     check_watermarks(cfg)
+    check_redis_at_start(cfg, "scheduler")  # the deployment's Redis (tasks/redis_check.py)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

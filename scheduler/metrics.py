@@ -30,3 +30,10 @@ SETTLES_REAPPLIED = Counter("recur_settles_reapplied",
                             "Settle writes (reschedule, finish, lease) a worker wrote again "
                             "after the database restarted, by whether the crash had lost them.",
                             ["lost"])
+SET_ASIDE = Counter("recur_scheduler_set_aside",
+                    "Rows the scheduler set aside in the store instead of publishing them "
+                    "(recur dead list shows them), by bucket and reason: too_large, "
+                    "unknown_bucket, undecodable or broker_refused.", ["bucket", "reason"])
+BROKER_CONNECTIONS = Counter("recur_scheduler_broker_connections",
+                             "Broker connections the scheduler opened: its first ones, then one "
+                             "per reconnect after an outage (a bad row costs none).")

@@ -19,6 +19,8 @@ from celery.schedules import crontab
 from config.errors import InvalidSchedule
 from config.settings import Settings
 from routing.messages import validate_message
+from routing.recurrence import MAX_EVERY
+from scheduler.bounds import Limits, check_job_key
 from scheduler.callargs import encode_call, message_of
 
 EVERY, CRON = "every", "cron"
@@ -35,13 +37,18 @@ class PeriodicEntry:
     schedule: str
 
 
-def schedule_spec(schedule: Any) -> str:
-    """Our text form of a beat schedule: seconds, a timedelta or a crontab."""
+def schedule_spec(schedule: Any, min_every: float = 0.1) -> str:
+    """Our text form of a beat schedule: seconds, a timedelta or a crontab.
+
+    An interval is finite, at least ``min_every`` (RECUR_MIN_EVERY) and at most
+    ten years, as a recurring message's ``every`` is: nan or 0 would fire each pass.
+    """
     if isinstance(schedule, timedelta):
         schedule = schedule.total_seconds()
     if isinstance(schedule, int | float) and not isinstance(schedule, bool):
-        if schedule <= 0:
-            raise InvalidSchedule(f"periodic interval must be positive, got {schedule}")
+        if not min_every <= schedule <= MAX_EVERY:  # nan fails both
+            raise InvalidSchedule(f"periodic interval must be from {min_every:g} s "
+                                  f"(RECUR_MIN_EVERY) to {MAX_EVERY:.0f} s, got {schedule!r:.40}")
         return f"{EVERY} {float(schedule)}"
     if isinstance(schedule, crontab):
         fields = (schedule._orig_minute, schedule._orig_hour, schedule._orig_day_of_month,
@@ -73,7 +80,9 @@ def entries_from_beat(beat_schedule: Mapping[str, Mapping[str, Any]],
     for name, entry in beat_schedule.items():
         args, kwargs = list(entry.get("args") or ()), dict(entry.get("kwargs") or {})
         message = validate_message(message_of(args, kwargs), cfg)
+        # Its jobs' keys are periodic:<name>:<time>: the name leaves room for the time.
+        check_job_key(f"periodic:{name}:{'0' * 32}", Limits.of(cfg), "beat_schedule name")
         entries.append(PeriodicEntry(name=name, task=str(entry["task"]),
                                      bucket=message["bucket"], args=encode_call(args, kwargs),
-                                     schedule=schedule_spec(entry["schedule"])))
+                                     schedule=schedule_spec(entry["schedule"], cfg.min_every)))
     return entries

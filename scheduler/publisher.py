@@ -5,7 +5,9 @@ kombu's ``confirm_publish`` waits for each message's confirm on its own (about
 confirm mode and then waits once for the broker to confirm all of it, so a
 round trip is paid per batch, not per message. Messages are persistent and
 ``mandatory``: a message no queue takes comes back and fails the batch
-instead of vanishing.
+instead of vanishing. A row whose message cannot be built or is refused by
+the broker on its own is returned as refused (scheduler/refusals.py), for the
+store to set aside, without failing the batch or the connection.
 """
 
 from __future__ import annotations
@@ -16,23 +18,32 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import timedelta
 from typing import Any
 
 import amqp
 from kombu import Connection
 
+from config import signing
 from config.buckets import bucket_table
 from config.errors import BrokerUnavailable
+from config.settings import settings
 from routing.queues import DEAD_EXCHANGE
-from scheduler import frames
+from scheduler.bounds import Limits
 from scheduler.callargs import decode_call
 from scheduler.calls import DISPATCH_HEADER, dispatch_header
+from scheduler.metrics import BROKER_CONNECTIONS
+from scheduler.outgoing import Build, Framing, Outgoing, Route
+from scheduler.refusals import BROKER_REFUSED, Published, Refusal
 from scheduler.store import Claimed
 
 #: Celery protocol 2 "embed" part: no callbacks, errbacks, chain or chord.
 EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
 BROKER_ERRORS = (OSError, amqp.exceptions.AMQPError, socket.timeout)
+#: Channel-close codes that refuse one message, not the service: PRECONDITION_FAILED
+#: (e.g. larger than the broker's max_message_size) and CONTENT_TOO_LARGE.
+REFUSAL_CODES = frozenset({406, 311})
 
 
 @dataclass(frozen=True)
@@ -60,6 +71,7 @@ def task_message(row: Claimed) -> TaskMessage:
         "task": row.task, "id": task_id,
         DISPATCH_HEADER: dispatch_header(row.job_key, row.token, row.lease_until, row.due_at),
     }
+    signing.sign(headers, settings().signing_key)  # RECUR_SIGNING_KEY; none: unsigned
     if retries:
         headers["retries"] = retries
     body = json.dumps([args, kwargs, EMBED], separators=(",", ":")).encode()
@@ -89,21 +101,35 @@ def dead_message(row: Claimed, reason: str | None = None) -> TaskMessage:
 
 
 class ConfirmingPublisher:
-    """One broker connection: a confirm-mode channel to publish, one to read depths."""
+    """One broker connection: a confirm-mode channel to publish, one to read depths.
+
+    A row whose message cannot be built or sent is refused, not published: the
+    checks that need no broker answer are made per row before sending
+    (scheduler/outgoing.py); a message the broker refuses by closing the
+    publish channel over it (406, e.g. larger than its ``max_message_size``) is
+    isolated: the batch's unconfirmed rows are sent again in halves, with new
+    lease stamps, until the one refused alone is found; the connection stays.
+    Anything else (a connection lost, a nack, a message returned unroutable, no
+    confirm in time) is an outage: :class:`BrokerUnavailable`, nothing refused.
+    """
 
     def __init__(self, broker_url: str, exchange: str, confirm_timeout: float = 30.0,
-                 on_connect: Callable[[Connection], object] | None = None) -> None:
+                 on_connect: Callable[[Connection], object] | None = None,
+                 limits: Limits | None = None) -> None:
         self.broker_url = broker_url
         self.on_connect = on_connect
         self.exchange = exchange
         self.confirm_timeout = confirm_timeout
+        self.limits = limits if limits is not None else Limits.of(settings())
         self._kombu: Connection | None = None
         self._raw: Any = None
         self._pub: Any = None
         self._info: Any = None
         self._tag = 0
         self._pending: set[int] = set()
+        self._sent: dict[int, Outgoing] = {}
         self._failures: list[str] = []
+        self._restamps = 0
 
     def connect(self) -> None:
         """(Re)connect: open the confirm channel and the depth channel."""
@@ -122,6 +148,7 @@ class ConfirmingPublisher:
                 self.on_connect(self._kombu)
         except BROKER_ERRORS as exc:
             raise BrokerUnavailable(f"broker {self._safe_url()}: cannot connect: {exc}") from exc
+        BROKER_CONNECTIONS.inc()
         self._tag = 0
         self._pending.clear()
 
@@ -145,15 +172,20 @@ class ConfirmingPublisher:
             raise BrokerUnavailable(f"broker: cannot read the depth of {queue}: {exc}") from exc
         return int(count)
 
-    def publish(self, rows: list[Claimed]) -> None:
-        """Publish ``rows`` to their bucket queues; return once the broker confirmed all."""
-        self._publish_all([(self.exchange, bucket_table().get(row.bucket).queue,
-                            task_message(row)) for row in rows])
+    def publish(self, rows: list[Claimed]) -> Published | None:
+        """Publish ``rows`` to their bucket queues; return once the broker confirmed all
+        (None), or with the rows refused and the lease stamps that changed."""
+        table = bucket_table().by_name
+        return self._publish_rows(rows, lambda row: (self.exchange, table[row.bucket].queue)
+                                  if row.bucket in table else None, task_message)
 
-    def publish_dead(self, rows: list[Claimed], reason: str | None = None) -> None:
-        """Put poison jobs on their buckets' dead-letter queues; return once confirmed."""
-        self._publish_all([(DEAD_EXCHANGE.name, bucket_table().get(row.bucket).dead_queue,
-                            dead_message(row, reason)) for row in rows])
+    def publish_dead(self, rows: list[Claimed], reason: str | None = None) -> Published | None:
+        """Put poison jobs on their buckets' dead-letter queues; return once confirmed
+        (None), or with the rows refused (they are set aside instead)."""
+        table = bucket_table().by_name
+        return self._publish_rows(
+            rows, lambda row: (DEAD_EXCHANGE.name, table[row.bucket].dead_queue)
+            if row.bucket in table else None, lambda row: dead_message(row, reason))
 
     def channel(self) -> Any:
         """A new plain channel on this connection (the dead-letter sweep reads with it)."""
@@ -164,36 +196,130 @@ class ConfirmingPublisher:
         except BROKER_ERRORS as exc:
             raise BrokerUnavailable(f"broker: cannot open a channel: {exc}") from exc
 
-    def _publish_all(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
+    def _framing(self) -> Framing:
         if self._pub is None:
             self.connect()
-        self._failures.clear()
-        try:
-            self._send(messages)
-            self._wait_for_confirms()
-        except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker: publishing {len(messages)} messages failed: "
-                                    f"{exc}") from exc
-        if self._failures:
-            raise BrokerUnavailable(f"broker refused {len(self._failures)} of {len(messages)} "
-                                    f"messages: {self._failures[0]}")
+        return Framing(self._pub.channel_id, self._raw.frame_max, self.limits)
 
-    def _send(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
+    def _publish_rows(self, rows: list[Claimed], route: Callable[[Claimed], Route],
+                      build: Build) -> Published | None:
+        framing, out, items = self._framing(), Published(), []
+        for row in rows:
+            item = framing.prepare(row, route(row), build)
+            if isinstance(item, Refusal):
+                out.refused[row.job_key] = item
+            else:
+                items.append(item)
+        self._publish_items(items, out)
+        return out or None
+
+    def _publish_all(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
+        """Publish bare messages (no rows behind them: any refusal fails the batch)."""
+        framing, items = self._framing(), []
+        for exchange, routing_key, msg in messages:
+            item = framing.encode(exchange, routing_key, msg)
+            if isinstance(item, Refusal):
+                raise BrokerUnavailable(f"broker: cannot publish {msg.task_id}: {item.reason}")
+            items.append(item)
+        self._publish_items(items, Published())
+
+    def _publish_items(self, items: list[Outgoing], out: Published) -> None:
+        if not items:
+            return
+        try:
+            self._confirm(items, out)
+        except BROKER_ERRORS as exc:
+            raise BrokerUnavailable(f"broker: publishing {len(items)} messages failed: "
+                                    f"{exc}") from exc
+
+    def _confirm(self, items: list[Outgoing], out: Published) -> None:
+        """Send ``items`` and wait for their confirms; isolate a refused one."""
+        self._failures.clear()
+        self._sent.clear()
+        try:
+            self._send(items)
+            self._wait_for_confirms()
+        except amqp.exceptions.ChannelError as exc:
+            if exc.reply_code not in REFUSAL_CODES or any(i.row is None for i in items):
+                raise
+            self._confirmed(out)
+            unconfirmed = [self._sent[tag] for tag in sorted(self._pending)]
+            self._reopen()
+            self._isolate(len(items), unconfirmed, exc, out)
+            return
+        if self._failures:
+            raise BrokerUnavailable(f"broker refused {len(self._failures)} of {len(items)} "
+                                    f"messages: {self._failures[0]}")
+        self._confirmed(out)
+
+    def _confirmed(self, out: Published) -> None:
+        """Note the lease stamps of the confirmed copies that were sent again."""
+        for tag, item in self._sent.items():
+            if tag not in self._pending and item.restamped and item.row is not None:
+                out.leases[item.row.job_key] = item.row.lease_until
+
+    def _isolate(self, sent: int, unconfirmed: list[Outgoing], exc: amqp.exceptions.AMQPError,
+                 out: Published) -> None:
+        """A message of the ``sent`` ones was refused: the one refused alone is set aside,
+        otherwise the unconfirmed ones are sent again in halves."""
+        if sent == 1:
+            for item in unconfirmed:
+                assert item.row is not None
+                out.refused[item.row.job_key] = Refusal(
+                    BROKER_REFUSED, f"the broker refused its message when it was sent alone: "
+                                    f"{exc.reply_code} {exc.reply_text}")
+                out.leases.pop(item.row.job_key, None)
+            return
+        half = max(1, len(unconfirmed) // 2)
+        for group in (unconfirmed[:half], unconfirmed[half:]):
+            if group:
+                self._confirm(self._restamped(group, out), out)
+
+    def _restamped(self, items: list[Outgoing], out: Published) -> list[Outgoing]:
+        """``items`` with new lease stamps: a copy of the refused send that reached a queue
+        unconfirmed is then stale (the row records the stamp that was confirmed)."""
+        framing, again = self._framing(), []
+        for item in items:
+            assert item.row is not None and item.build is not None
+            self._restamps += 1
+            row = replace(item.row, lease_until=item.row.lease_until
+                          + timedelta(microseconds=self._restamps))
+            built = framing.prepare(row, (item.exchange, item.routing_key), item.build,
+                                    restamped=True)
+            if isinstance(built, Refusal):
+                out.refused[row.job_key] = built
+            else:
+                again.append(built)
+        return again
+
+    def _reopen(self) -> None:
+        """The broker closed the publish channel over a message (py-amqp reopened it):
+        confirm mode again, delivery tags from 1."""
+        self._pub.confirm_select()
+        self._tag = 0
+        self._pending.clear()
+        self._sent.clear()
+
+    def _send(self, items: list[Outgoing]) -> None:
         """Write the batch's frames in one go (a message too big for one frame goes
         through py-amqp, which splits it)."""
-        channel, limit = self._pub.channel_id, self._raw.frame_max - 8
         out: list[bytes] = []
-        for exchange, routing_key, msg in messages:
-            if len(msg.body) <= limit:
-                out.append(frames.publish(channel, exchange, routing_key, msg.body,
-                                          msg.headers, msg.task_id, mandatory=True))
-            else:
-                self._write(out)
-                self._pub.basic_publish(msg.as_amqp(), exchange=exchange,
-                                        routing_key=routing_key, mandatory=True)
+        for item in items:
+            self._put(item, out)
             self._tag += 1
             self._pending.add(self._tag)
+            self._sent[self._tag] = item
         self._write(out)
+
+    def _put(self, item: Outgoing, out: list[bytes]) -> None:
+        """Queue one message's frames in ``out`` (or send it through py-amqp at once,
+        after what is queued)."""
+        if item.frames is not None:
+            out.append(item.frames)
+            return
+        self._write(out)
+        self._pub.basic_publish(item.message.as_amqp(), exchange=item.exchange,
+                                routing_key=item.routing_key, mandatory=True)
 
     def _write(self, chunks: list[bytes]) -> None:
         if chunks:

@@ -29,6 +29,11 @@ from sqlalchemy.types import TypeDecorator
 #: Row states: waiting for its time, or published and leased to a worker.
 SCHEDULED = 0
 DISPATCHED = 1
+#: Set aside by the scheduler: the broker cannot take the row's message (too large, a
+#: bucket no longer in the table, a call that cannot be decoded). No index covers the
+#: state (they are partial on 0 and 1), so no claim, recovery or drain sees it again;
+#: ``due_set_aside`` holds why (scheduler/store_aside.py).
+SET_ASIDE = 2
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -127,6 +132,18 @@ due_counters = Table(
     Column("name", Text, nullable=False),
     Column("value", BigInteger, nullable=False, server_default=text("0")),
     PrimaryKeyConstraint("bucket", "name"),
+)
+
+#: Why each set-aside row (state SET_ASIDE) was set aside: a table of its own, so the
+#: tens of millions of other rows carry no reason column. An entry whose row is no
+#: longer set aside (cancelled, replayed, written again) is ignored and swept.
+due_set_aside = Table(
+    "due_set_aside", metadata,
+    Column("job_key", Text, primary_key=True),
+    Column("bucket", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("set_at", UtcDateTime, nullable=False),
+    Index("ix_due_set_aside_bucket", "bucket", "set_at"),
 )
 
 #: Beat-style entries: each period, one due job is written for it.

@@ -26,6 +26,8 @@ class BucketStatus:
     queue_depth: int | None
     #: Messages in the bucket's dead-letter queue now, whoever put them there.
     dead_queue: int | None = None
+    #: Rows the scheduler set aside in the store (recur dead list BUCKET shows them).
+    set_aside: int | None = None
 
 
 def with_dead_queue(row: BucketStatus, depth: int | None) -> BucketStatus:
@@ -35,17 +37,24 @@ def with_dead_queue(row: BucketStatus, depth: int | None) -> BucketStatus:
 def bucket_status(stats: BucketStats | None, bucket: str, now: datetime,
                   depth: int | None) -> BucketStatus:
     if stats is None:
-        return BucketStatus(bucket, 0, 0, 0.0, 0, 0, 0, 0, depth)
+        return BucketStatus(bucket, 0, 0, 0.0, 0, 0, 0, 0, depth, set_aside=0)
     lag = (now - stats.oldest_due_at).total_seconds() if stats.oldest_due_at else 0.0
     return BucketStatus(bucket, stats.scheduled, stats.due, max(lag, 0.0), stats.dispatched,
-                        stats.expired, stats.recovered, stats.dead_lettered, depth)
+                        stats.expired, stats.recovered, stats.dead_lettered, depth,
+                        set_aside=stats.set_aside)
 
 
 def collect(store: DueStore, depths: dict[str, int | None], now: datetime) -> list[BucketStatus]:
-    """Status of every bucket of the bucket table."""
+    """Status of every bucket of the bucket table, then of every bucket that is not in
+    it but still has rows in the store (no scheduler dispatches them: they are set
+    aside once due, RECUR_UNKNOWN_BUCKET_GRACE)."""
     stats = store.stats(now)
-    return [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue))
+    names = bucket_table().names
+    rows = [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue))
             for b in bucket_table().buckets]
+    return rows + [bucket_status(found, name, now, None) for name, found in sorted(stats.items())
+                   if name not in names and (found.scheduled or found.dispatched
+                                              or found.set_aside)]
 
 
 def as_json(rows: list[BucketStatus]) -> str:
@@ -53,7 +62,7 @@ def as_json(rows: list[BucketStatus]) -> str:
 
 
 HEADER = (f"{'bucket':<8}{'scheduled':>11}{'due now':>9}{'lag s':>9}{'dispatched':>12}"
-          f"{'expired':>9}{'recovered':>11}{'dead':>7}{'queue':>8}")
+          f"{'expired':>9}{'recovered':>11}{'dead':>7}{'queue':>8}{'aside':>7}")
 
 
 def _cell(value: float | None, width: int, digits: int = 0) -> str:
@@ -62,11 +71,13 @@ def _cell(value: float | None, width: int, digits: int = 0) -> str:
 
 
 def as_table(rows: list[BucketStatus]) -> str:
-    """The table; ``dead`` is the dead-letter queue's depth, ``?`` what could not be read."""
+    """The table; ``dead`` is the dead-letter queue's depth, ``aside`` the rows set aside
+    in the store, ``?`` what could not be read."""
     lines = [HEADER]
     for r in rows:
         lines.append(f"{r.bucket:<8}{_cell(r.scheduled, 11)}{_cell(r.due_now, 9)}"
                      f"{_cell(r.lag_seconds, 9, 1)}{_cell(r.dispatched, 12)}"
                      f"{_cell(r.expired_leases, 9)}{_cell(r.leases_recovered, 11)}"
-                     f"{_cell(r.dead_queue, 7)}{_cell(r.queue_depth, 8)}")
+                     f"{_cell(r.dead_queue, 7)}{_cell(r.queue_depth, 8)}"
+                     f"{_cell(r.set_aside, 7)}")
     return "\n".join(lines)

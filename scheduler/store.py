@@ -43,19 +43,22 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
-from sqlalchemy.sql import Delete, Select, Update
+from sqlalchemy.sql import Delete, Select, Update, column, table
 
 from config.errors import StoreError, StoreUnavailable
 from scheduler.engine import make_engine
 from scheduler.migrate import check_schema
 from scheduler.periodic import PeriodicEntry, next_run
+from scheduler.refusals import Published, Refusal
 from scheduler.schema import (
     DISPATCHED,
     NO_FLOOR,
     SCHEDULED,
+    SET_ASIDE,
     UtcDateTime,
     due_counters,
     due_jobs,
+    due_set_aside,
     due_tasks,
     periodic_entries,
 )
@@ -155,9 +158,32 @@ MARK_DISPATCHED = update(due_jobs).where(
          updated_at=bindparam("now", type_=UtcDateTime()))
 
 
-# server_started: when the server started; a change means it restarted, and may
-# have lost the last settle writes (scheduler/store_journal.py).
-SERVER_STARTED = select(func.pg_postmaster_start_time())
+# set_aside_row: a row the broker cannot take leaves every index (state 2), and
+# record_set_aside says why (one row each: setting rows aside is rare).
+SET_ASIDE_ROW = update(due_jobs).where(due_jobs.c.job_key == bindparam("key")).values(
+    state=SET_ASIDE, updated_at=bindparam("now", type_=UtcDateTime()))
+
+
+def _record_set_aside(module: Any) -> Any:
+    stmt = module.insert(due_set_aside).values(
+        job_key=bindparam("key"), bucket=bindparam("bucket"), reason=bindparam("reason"),
+        set_at=bindparam("now", type_=UtcDateTime()))
+    return stmt.on_conflict_do_update(index_elements=[due_set_aside.c.job_key], set_={
+        "bucket": stmt.excluded.bucket, "reason": stmt.excluded.reason,
+        "set_at": stmt.excluded.set_at})
+
+
+RECORD_SET_ASIDE = {"postgresql": _record_set_aside(postgresql),
+                    "sqlite": _record_set_aside(sqlite)}
+
+
+# server_started: when the server started, and when its statistics were last reset
+# (crash recovery resets them, also when one backend's crash makes the postmaster
+# reset shared memory without restarting): a change in either means the last settle
+# writes may be lost (scheduler/store_journal.py).
+_ARCHIVER = table("pg_stat_archiver", column("stats_reset"))
+SERVER_STARTED = select(func.pg_postmaster_start_time(),
+                        select(_ARCHIVER.c.stats_reset).scalar_subquery())
 #: The worker's writes that commit without waiting for the WAL flush: a database crash
 #: may lose them, so each process writes its recent ones again after a restart.
 JOURNALED = (RESCHEDULE, FINISH, SET_LEASE)
@@ -186,6 +212,8 @@ class RawStatements:
         self._free: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
         self._all: list[psycopg.Connection[Any]] = []
         self._lock = threading.Lock()
+        #: Connections found broken so far (the settle journal writes again after one).
+        self.broken = 0
         # A store dropped without close() still closes its connections.
         weakref.finalize(self, _close_all, self._all)
 
@@ -227,6 +255,7 @@ class RawStatements:
     def _discard(self, conn: psycopg.Connection[Any]) -> None:
         """Drop a broken connection (a new one is opened when needed)."""
         with self._lock:
+            self.broken += 1
             if conn in self._all:
                 self._all.remove(conn)
         conn.close()
@@ -296,10 +325,17 @@ class BucketStats:
     expired: int
     recovered: int
     dead_lettered: int = 0
+    #: Rows set aside (state SET_ASIDE): the broker cannot take their messages.
+    set_aside: int = 0
 
 
-#: Publishes claimed rows and returns only once the broker confirmed all of them.
-Publisher = Callable[[list[Claimed]], None]
+#: Publishes claimed rows and returns only once the broker confirmed all of them: None,
+#: or the rows it refused (set aside) and the lease stamps that changed.
+Publisher = Callable[[list[Claimed]], Published | None]
+#: Runs one statement in the caller's transaction (psycopg's ``run`` or SQLAlchemy's).
+Execute = Callable[[Any, dict[str, Any]], Any]
+#: Longest reason kept for a set-aside row.
+MAX_REASON = 1000
 
 
 @contextmanager
@@ -347,10 +383,12 @@ class DueStore:
             self._journal.close()
 
     def _server_started(self) -> Any:
-        """When the PostgreSQL server started (a restart changes it)."""
+        """The server's identity for the settle journal: its start and statistics reset
+        times, and this process's broken connections (a restart, a crash recovery or a
+        broken connection changes it)."""
         assert self._raw is not None
         row, _ = self._raw.execute("read the server's start time", SERVER_STARTED, {})
-        return row[0]
+        return (*row, self._raw.broken)
 
     @contextmanager
     def _tx(self, what: str) -> Iterator[Connection]:
@@ -366,7 +404,7 @@ class DueStore:
         per-execution work and the wait for the WAL flush were most of a
         worker's cost per job. Not waiting for the flush is safe here because
         every such write is kept by this process for a few seconds and written
-        again if the server restarted meanwhile (scheduler/store_journal.py), and
+        again if the server crashed meanwhile (scheduler/store_journal.py), and
         behind that is the row's lease: a crash that loses one leaves the row
         dispatched, never a lost job. Producers' schedules and the scheduler's
         dispatches stay fully durable.
@@ -422,10 +460,11 @@ class DueStore:
         return self._names
 
     def _task_name(self, conn: Connection, code: int) -> str:
-        """The name of task ``code``, re-read on ``conn`` when another process added it."""
+        """The name of task ``code``, re-read on ``conn`` when another process added it
+        ("" for a code no name has: a row another writer made; it is set aside)."""
         if code not in self._names:
             self._remember(task_codes(conn, ()))
-        return self._names[code]
+        return self._names.get(code, "")
 
     # -- producers -------------------------------------------------------------
 
@@ -448,16 +487,21 @@ class DueStore:
         stmt: Insert = self._insert()(due_jobs)
         new = stmt.excluded  # type: ignore[attr-defined]
         # upsert_job: insert, or refresh what/when of an existing key.
+        state, aside = due_jobs.c.state, due_jobs.c.state == SET_ASIDE
         stmt = stmt.on_conflict_do_update(  # type: ignore[attr-defined]
             index_elements=[due_jobs.c.job_key],
             set_={"task_id": new.task_id, "bucket": new.bucket, "args": new.args,
-                  "due_at": case((due_jobs.c.state == SCHEDULED, new.due_at),
+                  "due_at": case((state == SCHEDULED, new.due_at), (aside, new.due_at),
                                  else_=due_jobs.c.due_at),
                   # a floor is only ever raised: a producer's write cannot undo the
                   # floor a run set (nor hammer a recurring job by re-sending it)
-                  "early_at": case((and_(due_jobs.c.state == SCHEDULED,
+                  "early_at": case((aside, new.early_at),
+                                   (and_(state == SCHEDULED,
                                          new.early_at > due_jobs.c.early_at), new.early_at),
                                    else_=due_jobs.c.early_at),
+                  # a set-aside row written again is a new call: scheduled afresh
+                  "state": case((aside, SCHEDULED), else_=state),
+                  "attempts": case((aside, 0), else_=due_jobs.c.attempts),
                   "updated_at": new.updated_at})
         with self._tx("schedule jobs") as conn:
             conn.execute(stmt, rows)
@@ -526,7 +570,10 @@ class DueStore:
         Due rows (``due_at <= now``), or with ``early`` the earliest rows whatever
         their time (idle pull-forward). The rows stay locked while ``publish``
         runs; they are marked dispatched with a new token and a lease only after
-        it returned (the broker confirmed). If it raises, nothing is marked.
+        it returned (the broker confirmed). If it raises, nothing is marked. Rows
+        the publisher refused are set aside in the same transaction (never claimed
+        again); a row it sent again carries its own lease stamp. Returns the rows
+        published.
         """
         claim = CLAIM_EARLY if early else CLAIM_DUE
         params = {"bucket": bucket, "now": now, "limit": limit}
@@ -536,14 +583,17 @@ class DueStore:
             with self._raw.transaction(f"dispatch bucket {bucket}") as run:
                 rows = run(claim, params)
                 names = self._names_of({code for _, code, *_ in rows})
-                claimed = [Claimed(key, names[code], bucket, args, due, token + 1, lease_until)
+                claimed = [Claimed(key, names.get(code, ""), bucket, args, due, token + 1,
+                                   lease_until)
                            for key, code, args, due, token in rows]
                 if not claimed:
                     return 0
-                publish(claimed)
-                run(MARK_DISPATCHED, {"keys": [c.job_key for c in claimed],
-                                      "lease": lease_until, "now": now})
-            return len(claimed)
+                outcome = publish(claimed)
+                leases = _leases(claimed, lease_until, outcome)
+                for lease, keys in leases.items():
+                    run(MARK_DISPATCHED, {"keys": keys, "lease": lease, "now": now})
+                self._put_aside(run, _refused(claimed, outcome), now)
+            return sum(map(len, leases.values()))
         with self._tx(f"dispatch bucket {bucket}") as conn:
             claimed = [Claimed(job_key=r.job_key, task=self._task_name(conn, r.task_id),
                                bucket=bucket, args=r.args, due_at=r.due_at, token=r.token + 1,
@@ -551,13 +601,26 @@ class DueStore:
                        for r in conn.execute(claim, params)]
             if not claimed:
                 return 0
-            publish(claimed)
-            # mark_dispatched (SQLite): as MARK_DISPATCHED, with IN for the keys.
-            conn.execute(update(due_jobs).where(self._key_in([c.job_key for c in claimed]))
-                         .values(state=DISPATCHED, token=due_jobs.c.token + 1,
-                                 due_at=lease_until, attempts=due_jobs.c.attempts + 1,
-                                 updated_at=now))
-        return len(claimed)
+            outcome = publish(claimed)
+            leases = _leases(claimed, lease_until, outcome)
+            for lease, keys in leases.items():
+                # mark_dispatched (SQLite): as MARK_DISPATCHED, with IN for the keys.
+                conn.execute(update(due_jobs).where(self._key_in(keys))
+                             .values(state=DISPATCHED, token=due_jobs.c.token + 1,
+                                     due_at=lease, attempts=due_jobs.c.attempts + 1,
+                                     updated_at=now))
+            self._put_aside(conn.execute, _refused(claimed, outcome), now)
+        return sum(map(len, leases.values()))
+
+    def _put_aside(self, execute: Execute, refused: list[tuple[Claimed, Refusal]],
+                   now: datetime) -> None:
+        """Set ``refused`` rows aside with their reasons, in the caller's transaction
+        (the rows are locked by it)."""
+        record = RECORD_SET_ASIDE[self.dialect]
+        for row, refusal in refused:
+            execute(SET_ASIDE_ROW, {"key": row.job_key, "now": now})
+            execute(record, {"key": row.job_key, "bucket": row.bucket, "now": now,
+                             "reason": refusal.reason[:MAX_REASON]})
 
     def dead_letter_expired(self, now: datetime, max_attempts: int, limit: int,
                             publish: Publisher) -> dict[str, int]:
@@ -568,7 +631,8 @@ class DueStore:
         keeps failing or killing its worker). ``publish`` puts its last copy on
         the bucket's dead-letter queue and returns once the broker confirmed;
         only then is the row deleted, in the same transaction: a crash in
-        between leaves a duplicate, never a loss.
+        between leaves a duplicate, never a loss. A row whose dead letter cannot
+        be published (``publish`` refused it) is set aside instead.
         """
         # poison_leases: expired dispatched rows out of attempts, not held elsewhere.
         poison = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.bucket,
@@ -585,13 +649,16 @@ class DueStore:
                     for r in conn.execute(poison)]
             if not rows:
                 return {}
-            publish(rows)
+            refused = _refused(rows, publish(rows))
+            self._put_aside(conn.execute, refused, now)
+            gone = [r for r in rows if not any(r is row for row, _ in refused)]
             # drop_poison: the rows just dead-lettered (still locked by us).
             conn.execute(delete(due_jobs).where(
-                due_jobs.c.job_key.in_([r.job_key for r in rows]),
+                due_jobs.c.job_key.in_([r.job_key for r in gone]),
                 due_jobs.c.state == DISPATCHED))
-            counts = Counter(r.bucket for r in rows)
-            self._add_counters(conn, DEAD_LETTERED, counts)
+            counts = Counter(r.bucket for r in gone)
+            if counts:
+                self._add_counters(conn, DEAD_LETTERED, counts)
         return dict(counts)
 
     def recover_expired(self, now: datetime, limit: int,
@@ -700,6 +767,7 @@ class DueStore:
             type_coerce(func.min(case((is_due, due_at), else_=None)), UtcDateTime()),
             count(state == DISPATCHED),
             count(and_(state == DISPATCHED, due_at < now)),
+            count(state == SET_ASIDE),
         ).group_by(due_jobs.c.bucket)
         totals = select(due_counters.c.bucket, due_counters.c.name, due_counters.c.value)
         with self._tx("read statistics") as conn:
@@ -707,7 +775,7 @@ class DueStore:
                 (b, name): int(v) for b, name, v in conn.execute(totals)}
             found = {r[0]: BucketStats(r[0], int(r[1]), int(r[2]), r[3], int(r[4]), int(r[5]),
                                        counters.get((r[0], RECOVERED), 0),
-                                       counters.get((r[0], DEAD_LETTERED), 0))
+                                       counters.get((r[0], DEAD_LETTERED), 0), int(r[6]))
                      for r in conn.execute(rows)}
         for bucket, _ in counters:
             found.setdefault(bucket, BucketStats(
@@ -762,6 +830,27 @@ class BucketHead:
     dispatched: int
     recovered: int
     dead_lettered: int
+
+
+def _refused(rows: list[Claimed], outcome: Published | None) -> list[tuple[Claimed, Refusal]]:
+    """The rows a publish refused, with why."""
+    if not outcome or not outcome.refused:
+        return []
+    return [(row, outcome.refused[row.job_key]) for row in rows
+            if row.job_key in outcome.refused]
+
+
+def _leases(rows: list[Claimed], lease_until: datetime, outcome: Published | None
+            ) -> dict[datetime, list[str]]:
+    """The published rows' keys by the lease stamp their confirmed copy carries."""
+    if not outcome:
+        return {lease_until: [row.job_key for row in rows]}
+    found: dict[datetime, list[str]] = {}
+    for row in rows:
+        if row.job_key not in outcome.refused:
+            lease = outcome.leases.get(row.job_key, lease_until)
+            found.setdefault(lease, []).append(row.job_key)
+    return found
 
 
 def task_codes(conn: Connection, names: Iterable[str]) -> dict[str, int]:

@@ -39,13 +39,14 @@ from sqlalchemy import (
 from scheduler.schema import (
     DISPATCHED,
     SCHEDULED,
+    SET_ASIDE,
     USER_SQL,
     bucket_pauses,
     due_jobs,
 )
 from scheduler.store import DueStore, task_codes
 
-STATES = {"scheduled": SCHEDULED, "dispatched": DISPATCHED}
+STATES = {"scheduled": SCHEDULED, "dispatched": DISPATCHED, "set-aside": SET_ASIDE}
 STATE_NAMES = {code: name for name, code in STATES.items()}
 #: Rows one page walks at most when a filter is not served by the index it walks.
 WALK = 5000

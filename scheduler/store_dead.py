@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Collection
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
 from scheduler.calls import Dispatch
 from scheduler.dead_verdict import RowState
+from scheduler.refusals import Published
 from scheduler.schema import SCHEDULED, due_jobs
 from scheduler.store import DEAD_LETTERED, RECOVERED, Claimed, DueStore
 
-#: Publishes one job's dead letter (with its reason) and returns once confirmed.
-DeadPublisher = Callable[[list[Claimed], str], None]
+#: Publishes one job's dead letter (with its reason) and returns once confirmed: None,
+#: or the row refused (its dead letter cannot be built or sent: it is set aside).
+DeadPublisher = Callable[[list[Claimed], str], Published | None]
 
 # dead_copy_rows: the rows of the dead copies' jobs, by primary key.
 _ROWS = select(due_jobs.c.job_key, due_jobs.c.token, due_jobs.c.due_at, due_jobs.c.state)
@@ -70,7 +72,8 @@ class DeadCopies:
         """Dead-letter the job of a copy that killed its worker on its last delivery:
         publish its plain dead letter (confirmed), then delete the row, in one
         transaction (a crash in between leaves a duplicate dead letter, never a
-        loss). Returns its bucket, or None when the row moved on meanwhile."""
+        loss). Returns its bucket, or None when the row moved on meanwhile. A row
+        whose dead letter the publisher refused is set aside instead (kept)."""
         with self.store._tx("dead-letter a job that killed its worker") as conn:
             row = self._locked(conn, copy)
             if row is None or not RowState(row.token, row.due_at, row.state).lease_moved(copy):
@@ -78,7 +81,11 @@ class DeadCopies:
             claimed = Claimed(job_key=row.job_key, task=self.store._task_name(conn, row.task_id),
                               bucket=row.bucket, args=row.args, due_at=row.due_at,
                               token=row.token, lease_until=row.due_at, attempts=row.attempts)
-            publish([claimed], reason)
+            outcome = publish([claimed], reason)
+            if outcome and copy.job_key in outcome.refused:
+                self.store._put_aside(conn.execute, [(claimed, outcome.refused[copy.job_key])],
+                                      datetime.now(UTC))
+                return str(row.bucket)
             # bury_job: the row just dead-lettered (still locked by us).
             conn.execute(delete(due_jobs).where(due_jobs.c.job_key == copy.job_key))
             self.store._add_counters(conn, DEAD_LETTERED, Counter({row.bucket: 1}))

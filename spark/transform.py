@@ -8,6 +8,10 @@ so a row is rejected for the same field: id and user_id non-empty strings of
 at most MAX_ID_LENGTH characters, exactly one of a known bucket or a known
 kind, a payload present and at most ``max_payload_bytes`` as compact ASCII
 JSON (``json.dumps``'s encoding), and an optional ISO-8601 first due time.
+Then what ``apply_async`` checks of a store row (scheduler/bounds.py): the id
+is the row's job key, so at most ``max_job_key_bytes`` UTF-8 bytes without
+control characters, and no NUL in the user id or the payload (PostgreSQL's
+json cannot hold one; a COPY batch would fail whole on it).
 """
 
 from __future__ import annotations
@@ -39,10 +43,12 @@ class Rules:
     buckets: tuple[str, ...]
     kinds: Mapping[str, str]
     max_payload_bytes: int
+    max_job_key_bytes: int = 512
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> Rules:
-        return cls(cfg.buckets.names, dict(cfg.kinds), cfg.max_payload_bytes)
+        return cls(cfg.buckets.names, dict(cfg.kinds), cfg.max_payload_bytes,
+                   cfg.max_job_key_bytes)
 
 
 Check = tuple[Column, Column]
@@ -135,6 +141,28 @@ def _payload_checks(rules: Rules) -> list[Check]:
     ]
 
 
+#: Control characters (Java regex), refused in an id: it is the row's job key.
+CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+#: A JSON ``\u0000`` escape that is not itself an escaped backslash's text.
+NUL_ESCAPE = r"(^|[^\\])(\\\\)*\\u0000"
+NUL_REASON = "contains a NUL character (U+0000), which PostgreSQL cannot store"
+
+
+def _store_checks(rules: Rules) -> list[Check]:
+    """apply_async's checks of a store row (scheduler/bounds.py), after the message's."""
+    key, size = F.col("id"), F.octet_length(F.col("id"))
+    return [
+        (size > rules.max_job_key_bytes, F.concat(
+            F.lit("id: "), size.cast("string"),
+            F.lit(f" bytes, at most {rules.max_job_key_bytes} (RECUR_MAX_JOB_KEY_BYTES: the "
+                  "id is the job key)"))),
+        (key.rlike(CONTROL), F.lit("id: control character (the id is the job key: printable "
+                                   "characters only)")),
+        (F.col("user_id").rlike(r"\x00"), F.lit(f"user_id: {NUL_REASON}")),
+        (F.col("payload_text").rlike(NUL_ESCAPE), F.lit(f"payload: {NUL_REASON}")),
+    ]
+
+
 def _due_checks() -> list[Check]:
     due = F.col("due_at")
     return [(due.isNotNull() & F.try_to_timestamp(due).isNull(),
@@ -157,7 +185,7 @@ def check(raw: DataFrame, rules: Rules) -> DataFrame:
     own projection so Spark computes the parsed payload and the reason once.
     """
     checks = [*_string_checks("id"), *_string_checks("user_id"), *_bucket_checks(rules),
-              *_payload_checks(rules), *_due_checks()]
+              *_payload_checks(rules), *_due_checks(), *_store_checks(rules)]
     parsed = raw.select("*", F.try_parse_json("payload").alias("payload_json"),
                         F.coalesce(F.col("bucket"), _kind_bucket(rules)).alias("resolved_bucket"))
     compact = parsed.select("*", compact_payload().alias("payload_text"))

@@ -19,7 +19,6 @@ from routing.queues import TASK_EXCHANGE, work_queues
 from routing.router import route_task
 
 DEFAULT_QUEUE = "short"
-WEEK = 7 * 24 * 3600
 
 
 class RecurCelery(Celery):  # type: ignore[misc]
@@ -55,10 +54,12 @@ def celery_config(cfg: Settings) -> dict[str, Any]:
         "task_default_routing_key": DEFAULT_QUEUE,
         "task_create_missing_queues": False,
         "task_routes": (route_task,),
-        # Results of tens of millions of runs would fill Redis: keep failures only.
+        # Results of tens of millions of runs would fill Redis: keep failures only, and
+        # those for RECUR_RESULT_EXPIRES (a day): `recur dead list` shows the error beside
+        # a dead letter; the dead letter itself stays in RabbitMQ until replayed.
         "task_ignore_result": True,
         "task_store_errors_even_if_ignored": True,
-        "result_expires": WEEK,
+        "result_expires": cfg.result_expires,
         "task_track_started": False,
         "worker_cancel_long_running_tasks_on_connection_loss": True,
         "worker_consumer": "tasks.consumer:DeadLetteringConsumer",

@@ -14,6 +14,7 @@ from routing.messages import Message, validate_message
 from routing.recurrence import check_call
 from scheduler.calls import DISPATCH_HEADER, Dispatch, dispatch_of, run_dispatched, store_plan
 from tasks import aio
+from tasks.distlock.runtime import numbered_at_submit
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,8 @@ class MessageTask(Task):  # type: ignore[misc]
         plan = store_plan(self.name, args, kwargs,
                           {**options, "link": link, "link_error": link_error},
                           job_key, self.request, settings(), not_before=not_before)
-        if plan is None:
+        if plan is None:  # a locked job is numbered now, or refused (LockLineFull)
+            options = numbered_at_submit(self, args, kwargs, options)
             return super().apply_async(args, kwargs, task_id, producer, link, link_error,
                                        shadow, **options)
         # inside an async task its own reschedule is written off the event loop

@@ -16,9 +16,21 @@ from typing import Any
 import click
 
 from config.buckets import Bucket, bucket_table
-from config.errors import ConfigError
+from config.errors import ConfigError, InvalidArgument
 from config.settings import settings
+from tasks.destination_dead_cli import chosen, destination_option
+from tasks.doctor import doctor
 from tasks.jobs_cli import bucket, jobs
+from tasks.set_aside_cli import (  # recur dead list|replay --store
+    bucket_or_name,
+    key_option,
+    name_of,
+    print_set_aside,
+    replay_set_aside,
+    show_set_aside,
+    store_option,
+    store_view,
+)
 
 
 def celery_executable() -> str:
@@ -51,13 +63,10 @@ def load_tasks() -> None:
 
 def flower_env() -> dict[str, str]:
     """Environment for Flower with basic auth; refuses to run without credentials."""
-    from tasks.flower_main import broker_api
+    from tasks.flower_main import basic_auth, broker_api
 
     cfg = settings()
-    if not cfg.flower_user or not cfg.flower_password:
-        raise ConfigError("RECUR_FLOWER_USER and RECUR_FLOWER_PASSWORD must be set: "
-                          "Flower never runs without authentication")
-    return {**os.environ, "FLOWER_BASIC_AUTH": f"{cfg.flower_user}:{cfg.flower_password}",
+    return {**os.environ, "FLOWER_BASIC_AUTH": basic_auth(cfg.flower_user, cfg.flower_password),
             "FLOWER_BROKER_API": broker_api(cfg.broker_url, cfg.flower_broker_api)}
 
 
@@ -144,11 +153,24 @@ def dead() -> None:
 
 
 @dead.command("list")
-@click.argument("bucket", callback=bucket_arg)
-@click.option("--limit", default=100, show_default=True)
+@click.argument("bucket", callback=bucket_or_name, required=False)
+@destination_option
+@store_option
+@click.option("--limit", default=100, show_default=True, help="Most to show: 1..1000.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line.")
-def dead_list(bucket: Bucket, limit: int, as_json: bool) -> None:
-    """Show dead messages of BUCKET with why they died."""
+def dead_list(bucket: Bucket, limit: int, as_json: bool, destination: str | None,
+              store: bool) -> None:
+    """Show dead messages of BUCKET (or --destination D's) with why they died, then the
+    BUCKET's rows set aside in the due-jobs store (--store: only those)."""
+    from routing.deadletter import check_limit
+
+    check_limit(limit)
+    if store_view(bucket, store) and destination is None:
+        return show_set_aside(name_of(bucket), limit, as_json)
+    if name := chosen(bucket, destination):
+        from tasks.destination_dead_cli import show
+
+        return show(name, limit, as_json)
     from routing.deadletter import list_dead
     from tasks.app import app
     from tasks.broker_ops import broker_connection, stored_error
@@ -161,15 +183,30 @@ def dead_list(bucket: Bucket, limit: int, as_json: bool) -> None:
         else:
             click.echo(f"{d.task_id} {d.task} reason={d.reason} from={d.from_queue} "
                        f"error={d.error or '-'} message={json.dumps(d.args, default=str)}")
-    if not found and not as_json:
+    aside = (print_set_aside(bucket.name, limit, as_json, missing_ok=True)
+             if bucket.name in bucket_table().by_name else 0)
+    if not found and not aside and not as_json:
         click.echo(f"{bucket.dead_queue} is empty: no dead messages")
 
 
 @dead.command("replay")
-@click.argument("bucket", callback=bucket_arg)
+@click.argument("bucket", callback=bucket_or_name, required=False)
+@destination_option
+@store_option
+@key_option
 @click.option("--limit", default=100, show_default=True)
-def dead_replay(bucket: Bucket, limit: int) -> None:
-    """Move dead messages of BUCKET back to its queue."""
+def dead_replay(bucket: Bucket, limit: int, destination: str | None, store: bool,
+                keys: tuple[str, ...]) -> None:
+    """Move dead messages of BUCKET back to its queue (--destination D: submit D's dead
+    letters again, as new arrivals; --store: make its set-aside rows due again)."""
+    if store_view(bucket, store) and destination is None:
+        return replay_set_aside(name_of(bucket), keys, limit)
+    if keys:
+        raise InvalidArgument("--key replays set-aside rows: give --store too")
+    if name := chosen(bucket, destination):
+        from tasks.destination_dead_cli import replay
+
+        return replay(name, limit)
     from routing.deadletter import replay_dead
     from tasks.app import app
     from tasks.broker_ops import broker_connection
@@ -305,6 +342,7 @@ def resequencer_statuses(destinations: tuple[str, ...]) -> list[Any]:
 
 cli.add_command(jobs)  # recur jobs show|list|cancel|reschedule (tasks/jobs_cli.py)
 cli.add_command(bucket)  # recur bucket pause|resume
+cli.add_command(doctor)  # recur doctor: is the deployment set up as recur needs (tasks/doctor.py)
 
 
 def main() -> None:

@@ -5,16 +5,62 @@
 - The Broker page lists every recur queue, the ``.dead`` ones included, not
   only the queues workers consume right now: an operator must see what died.
 
+Its one login comes from RECUR_FLOWER_USER / RECUR_FLOWER_PASSWORD through
+:func:`basic_auth`, which refuses what Flower would misread: it splits its
+``basic_auth`` on commas, so a password ``a,b`` would also let in anyone who
+sends the bare credentials ``b``.
+
 Run as ``python -m tasks.flower_main -A tasks flower …`` (``recur flower`` does).
 """
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from tornado import web
+
+from config.errors import ConfigError
+
+#: Flower options that would add logins beside (or instead of) the checked one.
+AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")
+EXIT_ERROR = 2
+
+
+def basic_auth(user: str, password: str) -> str:
+    """Flower's ``basic_auth`` value for one login; ConfigError for one Flower would misread.
+
+    Flower splits the value on commas into ``user:password`` entries and compares a
+    request's whole ``user:password`` with each, as ASCII text.
+    """
+    if not user or not password:
+        raise ConfigError("RECUR_FLOWER_USER and RECUR_FLOWER_PASSWORD must be set: "
+                          "Flower never runs without authentication")
+    for var, value, banned in (("RECUR_FLOWER_USER", user, ",:"),
+                               ("RECUR_FLOWER_PASSWORD", password, ",")):
+        found = sorted({c for c in value if c in banned})
+        if found:
+            raise ConfigError(f"{var} must not contain {' or '.join(map(repr, found))}: Flower "
+                              "splits its logins on ',' (each piece would let anyone in) and "
+                              "ends the user at the first ':'")
+        if not value.isascii() or not value.isprintable():
+            raise ConfigError(f"{var} must be printable ASCII: Flower compares logins as "
+                              "ASCII text, so no one could log in")
+    return f"{user}:{password}"
+
+
+def check_auth(environ: Mapping[str, str], argv: list[str]) -> None:
+    """Refuse to start Flower with any login but the one :func:`basic_auth` checked."""
+    given = environ.get("FLOWER_BASIC_AUTH", "")
+    user, _, password = given.partition(":")
+    basic_auth(user, password)
+    extra = [a for a in argv if a.split("=")[0] in AUTH_OPTIONS]
+    if extra:
+        raise ConfigError(f"{extra[0].split('=')[0]} is not passed on: Flower's login is "
+                          "RECUR_FLOWER_USER / RECUR_FLOWER_PASSWORD")
 
 
 def broker_api(broker_url: str, configured: str = "") -> str:
@@ -49,6 +95,11 @@ def patch_flower() -> None:
 def main() -> None:
     from celery.bin.celery import main as celery_main
 
+    try:
+        check_auth(os.environ, sys.argv[1:])
+    except ConfigError as exc:
+        print(f"recur: {exc}", file=sys.stderr)
+        sys.exit(EXIT_ERROR)
     patch_flower()
     sys.argv = ["celery", *sys.argv[1:]]
     celery_main()

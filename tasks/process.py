@@ -35,11 +35,15 @@ def next_run(msg: Message | Mapping[str, Any]) -> tuple[float, dict[str, Any]] |
     payload's ``runs`` changes.
     """
     payload = msg["payload"]
-    recurrence = recurrence_of(payload)
+    recurrence = recurrence_of(payload, min_every=0.0)
     if recurrence is None or not recurrence.again:
         return None
-    return recurrence.every, {**msg, "payload": {**payload,
-                                                 "runs": recurrence.after_this_run().runs}}
+    # A row stored before RECUR_MIN_EVERY was raised (or written around apply_async)
+    # runs at the minimum, never back to back, and is not lost for it.
+    every = max(recurrence.every, settings().min_every)
+    changed = {"every": every} if every != recurrence.every else {}
+    return every, {**msg, "payload": {**payload, **changed,
+                                      "runs": recurrence.after_this_run().runs}}
 
 
 @app.task(bind=True, base=MessageTask, name="tasks.process_message", recurs_by_payload=True)

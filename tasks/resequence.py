@@ -33,6 +33,7 @@ from tasks.app import app
 from tasks.base import MessageTask
 from tasks.process import simulated_work_seconds
 from tasks.redis_conn import get_redis
+from tasks.reseq_steps import check_result, step_for
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +100,22 @@ def hand_over(reseq: Resequencer, destination: str, seq: int, entry: dict[str, A
     return outcome
 
 
+def entry_of(message: Any, step: str | None, **outcome: Any) -> dict[str, Any]:
+    """A buffer entry: the outcome ({"result"} or {"failed"}) with what a replay of the
+    message needs if the destination refuses it (the message as submitted, the call's
+    step): the sender sets it aside with them (routing/destination_dead.py)."""
+    entry = {"id": message.get("id", "") if isinstance(message, dict) else "", **outcome}
+    if isinstance(message, dict):
+        entry["message"] = message
+    if step:
+        entry["step"] = step
+    return entry
+
+
 class ResequenceProcessTask(MessageTask):
     """A message task whose failure for good is handed over as a failed entry, so
-    its sequence number is skipped at once instead of after the gap timeout."""
+    the sender sets it aside in the destination's dead letter at once (replayable)
+    instead of waiting for the gap timeout."""
 
     abstract = True
 
@@ -110,9 +124,10 @@ class ResequenceProcessTask(MessageTask):
         if len(args) < 3:  # not called the way intake calls it: nothing to hand over
             return
         message, destination, seq = args[:3]
-        message_id = message.get("id", "") if isinstance(message, dict) else ""
+        step = args[3] if len(args) > 3 else kwargs.get("step")
         hand_over(resequencer(), destination, int(seq),
-                  {"id": message_id, "failed": f"{type(exc).__name__}: {exc}"})
+                  entry_of(message, step if isinstance(step, str) else None,
+                           failed=f"{type(exc).__name__}: {exc}"))
 
 
 @app.task(bind=True, base=ResequenceProcessTask, name="tasks.resequence_process",
@@ -122,8 +137,9 @@ def resequence_process(self: MessageTask, message: Any, destination: str,
     """Process one message of ``destination`` with its step and hand the result to the
     resequencer (``step``: the intake's choice; None: the destination's, if any)."""
     msg = self.message(message)
-    entry = {"id": msg["id"],
-             "result": run_step(step or settings().reseq_steps.get(destination), msg)}
+    result = run_step(step_for(destination, step), msg)
+    check_result(result, destination, seq, msg["id"])
+    entry = entry_of(message, step, result=result)
     hand_over(resequencer(), destination, seq, entry)
     return {"seq": seq, **entry}
 
@@ -135,7 +151,7 @@ def resequence_batch(results: list[dict[str, Any]], destination: str,
     header's stored results (kept only for the chord: nothing else reads them)."""
     reseq = resequencer()
     for result in sorted(results, key=lambda r: int(r["seq"])):
-        entry = {"id": result["id"], "result": result["result"]}
+        entry = {k: v for k, v in result.items() if k != "seq"}
         hand_over(reseq, destination, int(result["seq"]), entry, count_late=False)
     for task_id in header_ids:
         app.AsyncResult(task_id).forget()

@@ -14,6 +14,15 @@ log = logging.getLogger(__name__)
 
 
 @celeryd_init.connect
+def check_redis_before_consuming(**_: Any) -> None:
+    """Redis must keep parked jobs and lock state (tasks/redis_check.py): a WARNING line
+    per missing setting, or with RECUR_STRICT=1 no worker (one `recur: ...` line, exit 2)."""
+    from tasks.redis_check import exit_unless_redis_ok
+
+    exit_unless_redis_ok(settings(), "worker")
+
+
+@celeryd_init.connect
 def declare_queues_before_consuming(sender: Any = None, instance: Any = None,
                                     **_: Any) -> None:
     """Declare every queue first: a dead-letter queue must exist before anything

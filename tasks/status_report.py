@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -104,10 +105,25 @@ def collect(cfg: Settings) -> Report:
 
 
 def destination_line(s: Any) -> str:
-    """One destination's status on one line."""
-    return (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
+    """One destination's status on one line (and a second naming it while in outage)."""
+    line = (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
             f"buffered={s.buffered} in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} "
-            f"late={s.late} sender={'running' if s.sender_active else 'idle'}")
+            f"dead={s.dead_lettered} late={s.late} "
+            f"sender={'running' if s.sender_active else 'idle'}")
+    outage = outage_line(s)
+    return f"{line}\n{outage}" if outage else line
+
+
+def outage_line(s: Any) -> str | None:
+    """The line naming a destination in outage (None: it is not): since when, what it
+    last answered, and which sequence number waits."""
+    o = s.outage
+    if o is None:
+        return None
+    since = datetime.fromtimestamp(o.since, UTC).isoformat(timespec="seconds")
+    return (f"destination {s.destination} in OUTAGE since {since} ({time.time() - o.since:.0f}s, "
+            f"{o.tries} tries held back): {o.reason}; seq {o.seq} and everything after it "
+            f"wait (docs/resequencer.md)")
 
 
 def run(cfg: Settings, as_json: bool) -> int:

@@ -1,18 +1,20 @@
--- advance.lua: record that the next sequence number was sent (or skipped), atomically,
--- and only by the destination's one sender.
+-- advance.lua: record that the next sequence number was sent (or skipped, or set aside
+-- in the destination's dead letter), atomically, and only by the destination's one sender.
 --
 -- KEYS[1]  <prefix>:reseq:{<d>}:sender   string  token of the running sender (TTL)
 -- KEYS[2]  <prefix>:reseq:{<d>}:sent     string  last sequence number sent or skipped
 -- KEYS[3]  <prefix>:reseq:{<d>}:pending  hash    seq -> arrival JSON
 -- KEYS[4]  <prefix>:reseq:{<d>}:buffer   hash    seq -> entry JSON
 -- KEYS[5]  <prefix>:reseq:{<d>}:skipped  list    skip records (JSON), newest first, capped
--- KEYS[6]  <prefix>:reseq:{<d>}:stats    hash    counters: sent, skipped, late
+-- KEYS[6]  <prefix>:reseq:{<d>}:stats    hash    counters: sent, skipped, late, dead,
+--                                                 refused:<status>
 -- ARGV[1]  sender token
 -- ARGV[2]  seq (must be sent + 1)
--- ARGV[3]  'sent' or 'skipped'
+-- ARGV[3]  'sent', 'skipped' or 'dead' (set aside: the dead letter was published first)
 -- ARGV[4]  skip record JSON (for 'skipped')
 -- ARGV[5]  skip records kept
 -- ARGV[6]  '1': skip only if no entry arrived meanwhile (a gap timing out)
+-- ARGV[7]  for 'dead': the destination's status ('' when it did not answer: a failed step)
 --
 -- Returns 'ok', 'not-owner' (the sender lost its lock: stop), 'out-of-step' (seq is
 -- not the next one) or 'arrived' (the gap filled just now: send it instead).
@@ -34,6 +36,11 @@ if ARGV[3] == 'skipped' then
   redis.call('LPUSH', KEYS[5], ARGV[4])
   redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[5]) - 1)
   redis.call('HINCRBY', KEYS[6], 'skipped', 1)
+elseif ARGV[3] == 'dead' then
+  redis.call('HINCRBY', KEYS[6], 'dead', 1)
+  if ARGV[7] and ARGV[7] ~= '' then
+    redis.call('HINCRBY', KEYS[6], 'refused:' .. ARGV[7], 1)
+  end
 else
   redis.call('HINCRBY', KEYS[6], 'sent', 1)
 end

@@ -25,13 +25,19 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from celery.app.task import Context
 from celery.exceptions import Ignore, Retry
 
 from config.buckets import bucket_table
-from config.errors import InvalidMessage, LockPassedOver, LockUnavailable, LockWaitExceeded
+from config.errors import (
+    InvalidControlHeader,
+    InvalidMessage,
+    LockPassedOver,
+    LockUnavailable,
+    LockWaitExceeded,
+)
 from config.settings import Settings
 from tasks import aio
 from tasks.distlock import job as jobs
@@ -48,6 +54,8 @@ from tasks.distlock.runtime import (
 from tasks.distlock.store import (
     ACQUIRED,
     DUPLICATE,
+    NOT_NUMBERED,
+    PARK_FULL,
     PARKED,
     PASSED_OVER,
     Handover,
@@ -179,7 +187,7 @@ class LockedCall:
         self.spec, self.task, self.fn, self.args, self.kwargs = spec, task, fn, args, kwargs
         self.rt: Runtime = runtime()
         self.user = spec.user_of(args, kwargs)
-        self.ticket = Ticket.from_request(task.request)
+        self.ticket = Ticket.from_request(task.request, self.rt.cfg.signing_key, task.name)
         self.ttl = spec.ttl or self.rt.cfg.lock_ttl
         self.job = ParkedJob(task=task.name, id=str(task.request.id), args=list(args),
                              kwargs=dict(kwargs), since=self.ticket.since or time.time(),
@@ -213,7 +221,16 @@ class LockedCall:
         """A parked or duplicate delivery ends here; ``recur_settled`` tells a scheduler
         dispatch (scheduler/calls.py) that the run doing the work settles its row.
         It returns (no Celery Ignore: its traceback formatting made a park cost more
-        than a short job) and the worker reports ``task-parked``/``task-dropped``."""
+        than a short job) and the worker reports ``task-parked``/``task-dropped``.
+        A number never given out is refused (dead-lettered, later jobs untouched); a
+        job that finds its user's parked jobs at the cap waits in the broker."""
+        if status == NOT_NUMBERED:
+            raise InvalidControlHeader(jobs.SEQ, f"job {self.job.id} of user {self.user} "
+                                       f"carries #{seq}, a number never given out (above "
+                                       f"the lock counter: forged, or the lock's Redis lost "
+                                       f"its recent writes)")
+        if status == PARK_FULL:
+            self.wait_in_broker(seq)
         self.task.request.recur_settled = True
         if status == PARKED:
             return jobs.parked(self.task.name, self.job.id, self.user, seq)
@@ -238,7 +255,22 @@ class LockedCall:
         check_budget(self.rt.cfg, self.job.id, self.user, self.ticket.waited())
         delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
         jobs.redis_down(self.task.name, self.job.id, self.user, delay, exc)
-        headers = {**(self.task.request.headers or {}), jobs.SINCE: self.job.since}
+        self.publish_again(delay, {jobs.SINCE: self.job.since})
+
+    def wait_in_broker(self, seq: int) -> NoReturn:
+        """Its user has RECUR_LOCK_MAX_PARKED jobs parked: this one is not parked but
+        published again after a backoff, with its number and submission time, so it
+        keeps its place in line (later jobs wait for it); past the wait budget it is
+        dead-lettered. Nothing is dropped, and Redis holds at most the cap."""
+        check_budget(self.rt.cfg, self.job.id, self.user, self.ticket.waited())
+        delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
+        jobs.park_full(self.task.name, self.job.id, self.user, seq, delay)
+        self.publish_again(delay, {jobs.SEQ: seq, jobs.SINCE: self.job.since})
+
+    def publish_again(self, delay: float, ticket: dict[str, Any]) -> NoReturn:
+        """Publish this job again in ``delay`` seconds (same id and headers, with
+        ``ticket``) and end this delivery (acknowledged: the copy carries the job)."""
+        headers = {**(self.task.request.headers or {}), **ticket}
         self.task.signature_from_request(self.task.request, countdown=delay,
                                          headers=headers).apply_async()
         raise Ignore()
@@ -280,7 +312,7 @@ def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any, ttl: flo
     # A request of its own (not merged into the parent's), as if delivered: the
     # task's __call__ (e.g. the scheduler's dispatch check) runs as usual.
     task.request_stack.push(Context(
-        id=job.id, args=job.args, kwargs=job.kwargs, headers=headers, **headers,
+        id=job.id, task=job.task, args=job.args, kwargs=job.kwargs, headers=headers, **headers,
         hostname=parent.hostname, delivery_info=parent.delivery_info, called_directly=False,
         retries=0, root_id=job.id, user_lock=grant, **{INLINE: True}))
     began = time.monotonic()

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from celery.worker.request import Request
 from prometheus_client import Counter
+
+from config import signing
+from config.errors import InvalidControlHeader
 
 log = logging.getLogger("recur.distlock")
 
@@ -38,16 +42,24 @@ class Ticket:
     since: float = 0.0
 
     @classmethod
-    def from_request(cls, request: Any) -> Ticket:
-        """The ticket of the running task (defaults when it was published without one)."""
+    def from_request(cls, request: Any, key: str = "", task: str = "") -> Ticket:
+        """The ticket of the running task (defaults when it was published without one).
+
+        Headers are input: a number that is not a whole number >= 0, a time that is
+        not a finite number >= 0, or (with a signing ``key``) a header not signed for
+        this job of ``task`` is refused with InvalidControlHeader (dead-lettered)."""
         headers = getattr(request, "headers", None) or {}
 
         def get(name: str) -> Any:
-            value = headers.get(name, getattr(request, name, None))
-            return 0 if value is None else value
+            return headers.get(name, getattr(request, name, None))
 
+        seq, since = get(SEQ), get(SINCE)
+        for name, value in ((SEQ, seq), (SINCE, since)):
+            signing.verify(key, getattr(request, "id", None),
+                           task or getattr(request, "task", None), name, value,
+                           get(signing.SIG_HEADER))
         old = any(headers.get(name) is not None for name in OLD_TICKET_HEADERS)
-        return cls(seq=0 if old else int(get(SEQ)), since=float(get(SINCE)))
+        return cls(seq=0 if old else whole_number(seq), since=moment(since))
 
     def headers(self) -> dict[str, Any]:
         """Celery ``headers=`` for publishing a job with this ticket."""
@@ -56,6 +68,26 @@ class Ticket:
     def waited(self, now: float | None = None) -> float:
         """Seconds since the job was submitted (0 when unknown)."""
         return max(0.0, (now or time.time()) - self.since) if self.since else 0.0
+
+
+def whole_number(value: Any) -> int:
+    """A ``recur_lock_seq`` header as a number (None: 0, numbered on arrival)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidControlHeader(SEQ, f"must be a whole number >= 0, got {value!r:.40}")
+    return value
+
+
+def moment(value: Any) -> float:
+    """A ``recur_lock_since`` header as seconds since the epoch (None: 0.0, unknown)."""
+    if value is None:
+        return 0.0
+    if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value < 0):
+        raise InvalidControlHeader(SINCE, f"must be a finite time >= 0 (seconds since the "
+                                   f"epoch), got {value!r:.40}")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -141,6 +173,13 @@ def redis_down(task: str, job_id: str, user: str, delay: float, error: Exception
     EVENTS.labels("redis_down", task).inc()
     log.warning("not run: lock of user %s unavailable for job %s (%s): %s; "
                 "re-enqueued in %.1fs (fail closed)", user, job_id, task, error, delay)
+
+
+def park_full(task: str, job_id: str, user: str, seq: int, delay: float) -> None:
+    EVENTS.labels("park_full", task).inc()
+    log.warning("not parked: user %s has RECUR_LOCK_MAX_PARKED jobs parked; job %s (%s) #%d "
+                "waits in the broker, published again in %.1fs with its place in line",
+                user, job_id, task, seq, delay)
 
 
 def unlocked(task: str, job_id: str, user: str, error: Exception) -> None:

@@ -26,6 +26,12 @@
 -- they are gone, and such a copy is refused (status 4), never run. parked has
 -- no expiry: it holds jobs whose messages were acknowledged.
 -- Times come from Redis (TIME), except a job's submission time (ARGV since).
+--
+-- Bounds: a user's line (wait) holds at most `cap` + 1 numbers given at submit
+-- (RECUR_LOCK_MAX_PARKED waiting behind one running; submit refuses more) and
+-- parked at most `cap` jobs (a job that would park beyond it is refused with
+-- status 6 and waits in the broker instead). A number above the counter was
+-- never given out: status 5.
 
 local MAX_SKIP = 1000  -- at most this many missing numbers remembered per gap
 
@@ -120,8 +126,13 @@ local function hand_over(user, take, ttl, gap_ms, now)
   return {1, head[1], seq, redis.call('INCR', KEYS[8])}
 end
 
--- Number a job when it is published. ARGV: 1 keep ms. Returns the number.
+-- Number a job when it is published. ARGV: 1 keep ms, 2 cap (jobs that may wait
+-- behind the one running, per user). Returns the number, or 0 when the line is full.
 local function submit()
+  if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[2]) then
+    count('line_full')
+    return 0
+  end
   local seq = redis.call('INCR', KEYS[8])
   redis.call('ZADD', KEYS[3], seq, seq)
   redis.call('HSETNX', KEYS[2], 'started', 0)
@@ -132,11 +143,12 @@ end
 -- Take the lock for one job, or park it, or refuse it.
 -- ARGV: 1 user, 2 token, 3 lease ms, 4 job's number (0: none), 5 task id,
 --       6 job JSON, 7 gap ms, 8 keep ms, 9 submitted at (ms, 0: unknown),
---       10 wait budget ms
+--       10 wait budget ms, 11 cap (parked jobs per user)
 -- Returns "<status> <seq> <fence>": 1 acquired, 0 parked, 2 duplicate (it
 -- finished, or a copy of it ran), 3 passed over (a gap timeout skipped it:
 -- later jobs have started), 4 too old (the user's memory is gone and the job
--- is past the wait budget).
+-- is past the wait budget), 5 never numbered (above the counter: forged),
+-- 6 not parked (the user has `cap` parked jobs: it waits in the broker).
 local function acquire()
   local user, token, ttl, seq = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local started, done, known, gapat = marks()
@@ -156,6 +168,19 @@ local function acquire()
       redis.call('PEXPIRE', KEYS[6], tonumber(ARGV[8]))
       redis.call('ZADD', KEYS[3], seq, seq)
       known = false  -- refresh the line's lifetime below
+    end
+  elseif seq > tonumber(redis.call('GET', KEYS[8]) or '0') then  -- never given out ...
+    if redis.call('EXISTS', KEYS[8]) == 1 or seq % 1 ~= 0 or seq >= 2^53 then
+      count('forged')
+      return '5 ' .. ARGV[4] .. ' 0'  -- as given: a huge number is no Lua integer
+    end
+    -- ... unless Redis lost every number (restarted without AOF): the job's number was
+    -- given out before; the counter resumes above it, so later numbers stay unique.
+    redis.call('SET', KEYS[8], seq)
+    count('counter_restored')
+    if not known and too_old() then
+      count('too_old')
+      return '4 ' .. seq .. ' 0'
     end
   elseif not known and too_old() then  -- the user's line is gone: it cannot be placed
     count('too_old')
@@ -186,7 +211,13 @@ local function acquire()
     end
   end
   -- Parked: busy (the lock is held: look again when its lease ends) or early (an
-  -- earlier job has not come back yet: a gap, which times out).
+  -- earlier job has not come back yet: a gap, which times out). Not beyond the cap,
+  -- unless this very job is parked already (a second copy).
+  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[11])
+      and not redis.call('ZSCORE', KEYS[4], ARGV[6]) then
+    count('park_full')
+    return '6 ' .. seq .. ' 0'
+  end
   local pttl, now = redis.call('PTTL', KEYS[1]), now_ms()
   local deadline
   if pttl > 0 then

@@ -9,8 +9,12 @@ hooks that tie the lock to Celery.
   published handover that never arrived, a gap): one query per interval per
   process, never one per parked job. It hands such a user's next job over
   through the broker.
-* ``before_task_publish`` numbers each locked job when it is published, from one
-  global counter, so numbers are never reused. A job that already carries a
+* ``MessageTask.apply_async`` numbers each locked job it publishes from one
+  global counter (:func:`numbered_at_submit`), so numbers are never reused, and
+  refuses one whose user already has RECUR_LOCK_MAX_PARKED jobs in line
+  (LockLineFull). ``before_task_publish`` numbers a locked job published by
+  other means (``send_task``), then signs the control headers
+  (config/signing.py, with RECUR_SIGNING_KEY). A job that already carries a
   number (a Celery retry, a handover, a Redis-down re-enqueue) keeps it. A job
   published with an eta, or while Redis is down, is numbered when it arrives.
 """
@@ -29,7 +33,8 @@ from typing import Any
 
 from celery.signals import before_task_publish, worker_init, worker_process_init
 
-from config.errors import LockUnavailable
+from config import signing
+from config.errors import LockLineFull, LockUnavailable
 from config.settings import Settings, settings
 from tasks.distlock import job as jobs
 from tasks.distlock.store import KEEP_MARGIN, Handover, LockStore, Outcome
@@ -163,7 +168,8 @@ def runtime() -> Runtime:
     global _current
     if _current is None or _current.pid != os.getpid():
         cfg = settings()
-        store = LockStore(get_redis(), cfg.key_prefix, cfg.lock_wait_budget + KEEP_MARGIN)
+        store = LockStore(get_redis(), cfg.key_prefix, cfg.lock_wait_budget + KEEP_MARGIN,
+                          cfg.lock_max_parked)
         _current = Runtime(cfg, store, LeaseKeeper(store, cfg), os.getpid())
     return _current
 
@@ -217,14 +223,50 @@ def start_keeper_in_worker_child(**_: Any) -> None:
         runtime().keeper.start()
 
 
+def numbered_at_submit(task: Any, args: Any, kwargs: Any, options: dict[str, Any]
+                       ) -> dict[str, Any]:
+    """``options`` for publishing a call of ``task`` now: a locked job gets its number
+    and submission time in its headers, or LockLineFull (nothing is published) when
+    its user already has RECUR_LOCK_MAX_PARKED numbers not finished. A job that has
+    a number, or an eta or countdown (numbered on arrival), is left as it is; with
+    Redis down it goes as number 0 (numbered on arrival; the publish does not ask
+    Redis again)."""
+    spec = lock_spec_of(task)
+    headers = dict(options.get("headers") or {})
+    if (spec is None or headers.get(jobs.SEQ) is not None or options.get("eta")
+            or options.get("countdown")):
+        return options
+    user = spec.user_of(args or (), kwargs or {})
+    try:
+        seq = runtime().store.submit(user)
+    except LockUnavailable as exc:
+        log.warning("publishing a job of user %s unnumbered: %s; it takes its place in "
+                    "line when it reaches a worker", user, exc)
+        seq = 0
+    since = headers.get(jobs.SINCE)
+    headers.update({jobs.SEQ: seq, jobs.SINCE: time.time() if since is None else since})
+    return {**options, "headers": headers}
+
+
 @before_task_publish.connect
-def number_locked_job(sender: str | None = None, body: Any = None,
-                      headers: dict[str, Any] | None = None, **_: Any) -> None:
+def stamp_published_job(sender: str | None = None, body: Any = None,
+                        headers: dict[str, Any] | None = None, **_: Any) -> None:
+    """Number a locked job published without a number, then sign the message's control
+    headers (RECUR_SIGNING_KEY; no key: nothing is signed)."""
+    if headers is None:
+        return
+    try:
+        number_locked_job(sender, body, headers)
+    finally:  # a job that cannot be numbered here is still signed
+        signing.sign(headers, settings().signing_key)
+
+
+def number_locked_job(sender: str | None, body: Any, headers: dict[str, Any]) -> None:
     """Give a newly published locked job its number and submission time."""
     from tasks.app import app
 
     spec = lock_spec_of(app.tasks.get(sender)) if sender else None
-    if spec is None or headers is None or headers.get(jobs.SEQ) is not None:
+    if spec is None or headers.get(jobs.SEQ) is not None:
         return
     if headers.get(jobs.SINCE) is None:  # a re-enqueue keeps the time of first submission
         eta = headers.get("eta")
@@ -235,6 +277,6 @@ def number_locked_job(sender: str | None = None, body: Any = None,
     user = spec.user_of(args, kwargs)
     try:
         headers[jobs.SEQ] = runtime().store.submit(user)
-    except LockUnavailable as exc:
+    except (LockUnavailable, LockLineFull) as exc:  # a signal handler cannot refuse
         log.warning("publishing job %s of user %s unnumbered: %s; it takes its place in "
                     "line when it reaches a worker", headers.get("id"), user, exc)

@@ -16,11 +16,14 @@ import redis
 from redis.exceptions import NoScriptError
 
 from config import keys
-from config.errors import LockUnavailable
+from config.errors import LockLineFull, LockUnavailable
 
 Outcome = Literal["done", "failed", "retry", "again"]
-#: acquire's answers (lock.lua): parked, acquired, duplicate, passed over, too old.
-PARKED, ACQUIRED, DUPLICATE, PASSED_OVER, TOO_OLD = 0, 1, 2, 3, 4
+#: acquire's answers (lock.lua): parked, acquired, duplicate, passed over, too old,
+#: never numbered (above the counter), not parked (the user's parked jobs at the cap).
+PARKED, ACQUIRED, DUPLICATE, PASSED_OVER, TOO_OLD, NOT_NUMBERED, PARK_FULL = range(7)
+#: The cap of a user's line and parked jobs when none is given (RECUR_LOCK_MAX_PARKED).
+DEFAULT_CAP = 10_000
 #: How much longer than the wait budget a user's memory outlives its last call: a
 #: margin for clock skew between publishers and Redis.
 KEEP_MARGIN = 300.0
@@ -83,9 +86,9 @@ class LockStore:
     """The lock's calls for one Redis and key prefix; ``keep`` is how long (s) a user's
     memory outlives its last call: RECUR_LOCK_WAIT_BUDGET + KEEP_MARGIN."""
 
-    def __init__(self, client: redis.Redis, prefix: str, keep: float = 3600 + KEEP_MARGIN
-                 ) -> None:
-        self.client, self.prefix, self.keep_ms = client, prefix, _ms(keep)
+    def __init__(self, client: redis.Redis, prefix: str, keep: float = 3600 + KEEP_MARGIN,
+                 cap: int = DEFAULT_CAP) -> None:
+        self.client, self.prefix, self.keep_ms, self.cap = client, prefix, _ms(keep), cap
         self.scripts = _scripts()
 
     def user_keys(self, user: str) -> tuple[str, ...]:
@@ -100,15 +103,21 @@ class LockStore:
                                   f"{exc}") from exc
 
     def submit(self, user: str) -> int:
-        """Number a newly published job of ``user`` (one global sequence)."""
-        return int(self._run("submit", user, (self.keep_ms,), "number a job for"))
+        """Number a newly published job of ``user`` (one global sequence); LockLineFull
+        when ``cap`` of its jobs wait behind one not finished yet."""
+        seq = int(self._run("submit", user, (self.keep_ms, self.cap), "number a job for"))
+        if seq == 0:
+            raise LockLineFull(f"user {user!r} already has {self.cap} jobs waiting for their "
+                               f"turn behind the one running (RECUR_LOCK_MAX_PARKED="
+                               f"{self.cap}); nothing was published: retry later")
+        return seq
 
     def acquire(self, user: str, token: str, ttl: float, seq: int, task_id: str, job: str,
                 gap_timeout: float, since: float = 0.0, budget: float = 3600.0) -> Attempt:
         """Take ``user``'s lock for ``job``, park it until its turn, or refuse it."""
         answer = self._run("acquire", user, (user, token, _ms(ttl), seq, task_id, job,
                                              _ms(gap_timeout), self.keep_ms,
-                                             int(since * 1000), _ms(budget)), "take")
+                                             int(since * 1000), _ms(budget), self.cap), "take")
         status, seq_, fence = str(answer).split(" ", 2)
         return Attempt(int(status), int(seq_), int(fence))
 

@@ -1,12 +1,28 @@
-"""Serve a process's Prometheus metrics on RECUR_METRICS_PORT (0: off)."""
+"""Serve a process's Prometheus metrics on RECUR_METRICS_PORT (0: off).
+
+The server listens on RECUR_METRICS_BIND (default 127.0.0.1: this host only)
+and, with RECUR_METRICS_USER / RECUR_METRICS_PASSWORD, asks every request for
+those basic-auth credentials (401 without them): metrics name tasks, buckets,
+queues and destinations, which are nobody else's business.
+"""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hmac
 import logging
 import os
+import socket
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import REGISTRY, CollectorRegistry, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
+from prometheus_client.exposition import ThreadingWSGIServer
 
+from config.checks import is_loopback
 from config.errors import ConfigError
 from config.settings import Settings
 
@@ -14,6 +30,72 @@ log = logging.getLogger("recur.metrics")
 
 #: prometheus_client's directory for processes that share one endpoint (prefork workers).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+REALM = "recur metrics"
+
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No access log line per scrape on stderr."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def require_basic_auth(app: WSGIApp, user: str, password: str) -> WSGIApp:
+    """``app`` behind HTTP basic auth: 401 unless the request carries ``user``/``password``.
+
+    Both halves are compared with :func:`hmac.compare_digest`, always both, so the
+    time taken says nothing about which one was wrong, or how much of it.
+    """
+    want_user, want_password = user.encode(), password.encode()
+
+    def guarded(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        given_user, given_password = _credentials(environ.get("HTTP_AUTHORIZATION", ""))
+        user_ok = hmac.compare_digest(given_user, want_user)
+        password_ok = hmac.compare_digest(given_password, want_password)
+        if user_ok and password_ok:
+            return app(environ, start_response)
+        start_response("401 Unauthorized", [
+            ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"'),
+            ("Content-Type", "text/plain; charset=utf-8")])
+        return [b"401 Unauthorized: this /metrics needs RECUR_METRICS_USER's credentials\n"]
+
+    return guarded
+
+
+def _credentials(header: str) -> tuple[bytes, bytes]:
+    """(user, password) of a basic-auth header; empty ones when it is missing or malformed."""
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "basic":
+        return b"", b""
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return b"", b""
+    user, sep, password = decoded.partition(b":")
+    return (user, password) if sep else (b"", b"")
+
+
+def start_server(bind: str, port: int, app: WSGIApp) -> ThreadingWSGIServer:
+    """Serve ``app`` on ``bind``:``port`` (IPv4 or IPv6) from a daemon thread."""
+    family = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
+    server: ThreadingWSGIServer = make_server(bind, port, app, server_class,
+                                              handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="recur-metrics", daemon=True).start()
+    return server
+
+
+def _registry() -> CollectorRegistry:
+    """The process's registry, or one reading every prefork child's files."""
+    if not os.environ.get(MULTIPROC_ENV):
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return registry
 
 
 def serve_metrics(cfg: Settings, registry: CollectorRegistry | None = None,
@@ -21,17 +103,19 @@ def serve_metrics(cfg: Settings, registry: CollectorRegistry | None = None,
     """Start the /metrics endpoint in a daemon thread; returns its port (None: off)."""
     if not cfg.metrics_port:
         return None
-    if registry is None:
-        registry = REGISTRY
-        if os.environ.get(MULTIPROC_ENV):
-            from prometheus_client import multiprocess
-
-            registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    app: WSGIApp = make_wsgi_app(registry if registry is not None else _registry())
+    if cfg.metrics_user:
+        app = require_basic_auth(app, cfg.metrics_user, cfg.metrics_password)
     try:
-        start_http_server(cfg.metrics_port, registry=registry)
-    except OSError as exc:
-        raise ConfigError(f"RECUR_METRICS_PORT={cfg.metrics_port}: cannot serve {what} "
-                          f"metrics: {exc}") from exc
-    log.info("%s metrics on http://0.0.0.0:%d/metrics", what, cfg.metrics_port)
+        start_server(cfg.metrics_bind, cfg.metrics_port, app)
+    except OSError as exc:  # socket.gaierror included: a bind host that does not resolve
+        raise ConfigError(f"RECUR_METRICS_PORT={cfg.metrics_port} on RECUR_METRICS_BIND="
+                          f"{cfg.metrics_bind}: cannot serve {what} metrics: {exc}") from exc
+    auth = " (basic auth)" if cfg.metrics_user else ""
+    log.info("%s metrics on http://%s:%d/metrics%s", what, cfg.metrics_bind, cfg.metrics_port,
+             auth)
+    if not cfg.metrics_user and not is_loopback(cfg.metrics_bind):
+        log.warning("%s metrics on %s:%d are open to anyone who can reach that address: set "
+                    "RECUR_METRICS_USER and RECUR_METRICS_PASSWORD", what, cfg.metrics_bind,
+                    cfg.metrics_port)
     return cfg.metrics_port

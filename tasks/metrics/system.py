@@ -171,7 +171,9 @@ EXPORTED = (
     "recur_dead_letter_messages", "recur_lock_stats_total", "recur_lock_waiting_users",
     "recur_resequencer_buffered", "recur_resequencer_in_flight",
     "recur_resequencer_sent_total", "recur_resequencer_skipped_total",
-    "recur_resequencer_destinations", "recur_exporter_up", "recur_exporter_age_seconds",
+    "recur_resequencer_dead_lettered_total", "recur_destination_outage",
+    "recur_destination_refusals_total", "recur_resequencer_destinations", "recur_exporter_up",
+    "recur_exporter_age_seconds",
     "recur_exporter_read_seconds",
 )
 
@@ -291,6 +293,27 @@ class SystemCollector(Collector):
                                  "Destinations the resequencer has seen.",
                                  value=snap.destinations_seen)
         yield from (buffered, in_flight, sent, skipped, seen)
+        yield from destination_refusals(snap.destinations)
+
+
+def destination_refusals(figures: list[DestinationFigures]) -> Iterable[Any]:
+    """Outages, refusals and dead letters of the exported destinations."""
+    outage = GaugeMetricFamily("recur_destination_outage", "1 while the destination is in "
+                               "outage (401, 404, a redirect, 5xx after every retry): its "
+                               "sender holds its place and retries (_other: how many of the "
+                               "rest are).", labels=["destination"])
+    refusals = CounterMetricFamily("recur_destination_refusals", "Tries the destination "
+                                   "refused or held back, by HTTP status.",
+                                   labels=["destination", "status"])
+    dead = CounterMetricFamily("recur_resequencer_dead_lettered", "Messages set aside in the "
+                               "destination's dead letter (refused, or their step failed).",
+                               labels=["destination"])
+    for d in figures:
+        outage.add_metric([d.destination], d.outage)
+        dead.add_metric([d.destination], d.dead_lettered)
+        for status, count in sorted(d.refused.items()):
+            refusals.add_metric([d.destination, status], count)
+    yield from (outage, refusals, dead)
 
 
 def _gauge(name: str, doc: str) -> GaugeMetricFamily:

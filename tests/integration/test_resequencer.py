@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from config import keys
 from config.errors import InvalidMessage, ResequencerFull, UnknownDestination
+from routing.destination_dead import DeadLetter, list_letters
 from routing.intake import submit, submit_batch
 from routing.resequencer import Resequencer
 from tasks.cli import cli
@@ -69,6 +70,12 @@ def stored_results(reseq: Resequencer) -> int:
     return sum(1 for _ in reseq.client.scan_iter(match=pattern, count=1000))
 
 
+def dead_letters(celery_app: Any, destination: str) -> list[DeadLetter]:
+    """The destination's dead letters (left in place)."""
+    with celery_app.connection_for_write() as conn:
+        return list_letters(conn, destination)
+
+
 def wait_received(receiver: Receiver, destination: str, count: int, timeout: float,
                   rig: Rig) -> None:
     try:
@@ -109,32 +116,33 @@ def test_destinations_keep_their_own_order_and_a_slow_one_delays_no_other(
         assert receiver.seqs(destination) == list(range(1, 31)), destination
 
 
-def test_a_message_that_always_fails_is_skipped_reported_and_later_ones_flow(
-        rig: Rig, receiver: Receiver, reseq: Resequencer) -> None:
+def test_a_message_that_always_fails_is_set_aside_reported_and_later_ones_flow(
+        rig: Rig, receiver: Receiver, reseq: Resequencer, celery_app: Any) -> None:
     for i in range(10):
         submit("failing", message(i, fail=(i == 3)), rig.cfg)
     wait_for(lambda: reseq.status("failing").next_seq == 11, 30, "all ten handled")
     assert receiver.seqs("failing") == [1, 2, 3, 5, 6, 7, 8, 9, 10]
     status = reseq.status("failing")
-    assert (status.sent, status.skipped) == (9, 1)
-    [record] = reseq.skipped("failing")
-    assert record["seq"] == 4 and record["id"] == "m3"
-    assert record["reason"].startswith("failed: ValueError") and "always fails" in record["reason"]
+    assert (status.sent, status.skipped, status.dead_lettered) == (9, 0, 1)
+    assert reseq.skipped("failing") == []
+    [record] = dead_letters(celery_app, "failing")
+    assert record.seq == 4 and record.id == "m3" and record.message == message(3, fail=True)
+    assert record.reason.startswith("failed: ValueError") and "always fails" in record.reason
     shown = CliRunner().invoke(cli, ["resequencer", "status", "failing", "--skipped", "5"])
     assert shown.exit_code == 0, shown.output
     assert shown.output.splitlines() == [
-        "destination failing: next=11 assigned=10 buffered=0 in_flight=0 sent=9 skipped=1 late=0 "
-        "sender=idle", f"  skipped seq=4 id=m3 {record['reason']}"]
+        "destination failing: next=11 assigned=10 buffered=0 in_flight=0 sent=9 skipped=0 dead=1 "
+        "late=0 sender=idle"]
 
 
-def test_a_failing_message_in_a_batch_is_skipped_and_the_rest_of_its_chord_is_sent(
-        rig: Rig, receiver: Receiver, reseq: Resequencer) -> None:
+def test_a_failing_message_in_a_batch_is_set_aside_and_the_rest_of_its_chord_is_sent(
+        rig: Rig, receiver: Receiver, reseq: Resequencer, celery_app: Any) -> None:
     # The chord's body never runs (a header task failed); the header tasks had
     # already handed their results over, so nothing else is lost.
     submit_batch("batchfail", [message(i, fail=(i == 3)) for i in range(10)], rig.cfg)
     wait_for(lambda: reseq.status("batchfail").next_seq == 11, 30, "all ten handled")
     assert receiver.seqs("batchfail") == [1, 2, 3, 5, 6, 7, 8, 9, 10]
-    assert [r["seq"] for r in reseq.skipped("batchfail")] == [4]
+    assert [d.seq for d in dead_letters(celery_app, "batchfail")] == [4]
 
 
 def test_a_gap_that_stays_open_past_the_timeout_is_skipped_and_its_late_result_dropped(
@@ -165,15 +173,19 @@ def test_a_receiver_that_answers_503_for_a_while_gets_everything_in_order_later(
 
 
 def test_a_receiver_that_refuses_a_message_with_4xx_does_not_block_the_rest(
-        rig: Rig, receiver: Receiver, reseq: Resequencer) -> None:
-    # 4xx cannot pass by retrying: the message is skipped with the status as reason.
+        rig: Rig, receiver: Receiver, reseq: Resequencer, celery_app: Any) -> None:
+    # A 422 is about the message: it is set aside (replayable) with the status as reason.
     receiver.refuse("refuse", 2, 422)
     for i in range(4):
         submit("refuse", message(i), rig.cfg)
     wait_received(receiver, "refuse", 3, 30, rig)
     assert receiver.seqs("refuse") == [1, 3, 4]
     assert receiver.rejected.count(("refuse", 2)) == 1, "a 4xx was retried"
-    assert reseq.skipped("refuse")[0]["reason"] == "refused: HTTP 422"
+    wait_for(lambda: reseq.status("refuse").next_seq == 5, 10, "all four handled")
+    [dead] = dead_letters(celery_app, "refuse")
+    assert (dead.seq, dead.status, dead.reason) == (2, 422,
+                                                    "refused: HTTP 422 Unprocessable Entity")
+    assert reseq.skipped("refuse") == []
 
 
 def test_intake_pushes_back_at_capacity(rig: Rig, receiver: Receiver,

@@ -13,20 +13,24 @@ from tests.support.services import free_port
 
 
 class PrivateRedis:
-    """Start, stop (SIGTERM) or kill -9 a private redis-server with AOF."""
+    """Start, stop (SIGTERM) or kill -9 a private redis-server with AOF.
 
-    def __init__(self, tmp: Path) -> None:
+    ``extra`` arguments go after the defaults and override them (e.g. a
+    deliberately wrong ``--maxmemory-policy allkeys-lru``)."""
+
+    def __init__(self, tmp: Path, extra: tuple[str, ...] = ()) -> None:
         self.port, self.dir = free_port(), tmp / "redis"
         self.dir.mkdir()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.client = redis.Redis.from_url(self.url, decode_responses=True,
                                            socket_timeout=5, socket_connect_timeout=1)
         self.child: Child | None = None
+        self.extra = extra
 
     def start(self) -> None:
         argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.dir), "--appendonly", "yes", "--appendfsync", "everysec",
-                "--save", ""]
+                "--save", "", *self.extra]
         self.child = spawn(f"redis-{self.port}", argv, self.dir)
         wait_for(self.answers, 20, f"private redis on port {self.port}")
 

@@ -2,7 +2,11 @@
 
 A threaded ``http.server`` on 127.0.0.1 and a free port. It records every
 POST (destination, sequence number, body, arrival time, fence) and can be told
-to answer 503 for a destination, or to answer slowly. Like a receiver that
+to answer 503 for a destination, or to answer slowly; to answer any status
+(401, 404, a redirect with its Location, 400 ...) for a destination until told
+otherwise (``set(d, status=401)``), or for one sequence number (``refuse``); and
+to trickle its answer a byte at a time (``set(d, trickle=0.5)``), recording
+when the client hung up (``trickled``). Like a receiver that
 honours ``X-Recur-Fence``, it refuses (409, recorded in ``fenced``) a request
 whose fence is lower than one it already accepted for the destination: the
 late send of a sender whose lease ran out.
@@ -10,6 +14,7 @@ late send of a sender whose lease ran out.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -35,6 +40,27 @@ class Behaviour:
 
     unavailable: bool = False
     delay: float = 0.0
+    #: Answer every request with this status (0: answer normally); recorded in ``refused``.
+    status: int = 0
+    #: Seconds between the bytes of a trickled answer (0: answer at once).
+    trickle: float = 0.0
+    #: Trickle only the body (the status line and headers come at once).
+    trickle_body: bool = False
+    #: The body of a refusal (``status`` or ``refuse``).
+    body: bytes = b""
+    #: Answer with ``status`` (or 200) and a body that never ends, as fast as it is read.
+    endless: bool = False
+
+
+@dataclass(frozen=True)
+class Trickled:
+    """A request answered a byte at a time: when it came, and when the client hung up
+    (None: it read the whole answer)."""
+
+    destination: str
+    seq: int
+    started: float
+    hung_up: float | None
 
 
 @dataclass
@@ -48,6 +74,10 @@ class Receiver:
     behaviour: dict[str, Behaviour] = field(default_factory=dict)
     holds: dict[tuple[str, int], tuple[float, threading.Event]] = field(default_factory=dict)
     refusals: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (destination, seq, status) of every request answered with a refusal status.
+    refused: list[tuple[str, int, int]] = field(default_factory=list)
+    trickled: list[Trickled] = field(default_factory=list)
+    endless_sent: list[int] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
     thread: threading.Thread | None = None
@@ -61,11 +91,24 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
-                code = receiver.answer(self.path.rsplit("/", 1)[-1], body,
+                destination = self.path.rsplit("/", 1)[-1]
+                how = receiver.how(destination)
+                if how.trickle:
+                    receiver.trickle(self, destination, int(body["seq"]), how.trickle,
+                                     how.trickle_body)
+                    return
+                if how.endless:
+                    receiver.endless(self, how.status or 200)
+                    return
+                code = receiver.answer(destination, body,
                                        int(self.headers.get("X-Recur-Fence", 0)))
+                text = how.body if code >= 300 else b""
                 self.send_response(code)
-                self.send_header("Content-Length", "0")
+                if 300 <= code < 400:
+                    self.send_header("Location", receiver.url(destination) + "/moved")
+                self.send_header("Content-Length", str(len(text)))
                 self.end_headers()
+                self.wfile.write(text)
 
             def log_message(self, *_: Any) -> None:
                 pass
@@ -106,13 +149,60 @@ class Receiver:
         with self.lock:
             self.refusals[(destination, seq)] = status
 
+    def how(self, destination: str) -> Behaviour:
+        with self.lock:
+            return dataclasses.replace(self.behaviour.get(destination, Behaviour()))
+
+    def trickle(self, handler: BaseHTTPRequestHandler, destination: str, seq: int,
+                every: float, body_only: bool = False) -> None:
+        """Answer 200 a byte at a time, ``every`` seconds apart (status line included,
+        unless ``body_only``), recording when the client hung up."""
+        record = Trickled(destination, seq, time.time(), None)
+        head = b"HTTP/1.1 200 OK\r\nContent-Length: 64\r\n\r\n"
+        answer = head + b"x" * 64
+        try:
+            if body_only:
+                handler.wfile.write(head)
+                handler.wfile.flush()
+            for i in range(len(head) if body_only else 0, len(answer)):
+                handler.wfile.write(answer[i:i + 1])
+                handler.wfile.flush()
+                time.sleep(every)
+        except OSError:
+            record = dataclasses.replace(record, hung_up=time.time())
+        handler.close_connection = True
+        with self.lock:
+            self.trickled.append(record)
+
+    def endless(self, handler: BaseHTTPRequestHandler, status: int) -> None:
+        """Answer ``status`` with a chunked body that goes on until the client hangs up;
+        the bytes it took are added to ``endless_sent``."""
+        handler.send_response(status)
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        chunk = b"%x\r\n%s\r\n" % (65536, b"z" * 65536)
+        sent = 0
+        try:
+            while sent < 1 << 30:
+                handler.wfile.write(chunk)
+                sent += 65536
+        except OSError:
+            pass
+        handler.close_connection = True
+        with self.lock:
+            self.endless_sent.append(sent)
+
     def answer(self, destination: str, body: dict[str, Any], fence: int = 0) -> int:
         with self.lock:
             refusal = self.refusals.get((destination, int(body["seq"])))
             if refusal:
                 self.rejected.append((destination, int(body["seq"])))
+                self.refused.append((destination, int(body["seq"]), refusal))
                 return refusal
             how = self.behaviour.get(destination, Behaviour())
+            if how.status:
+                self.refused.append((destination, int(body["seq"]), how.status))
+                return how.status
             seconds, arrived = self.holds.pop((destination, int(body["seq"])),
                                               (0.0, threading.Event()))
         arrived.set()
@@ -129,6 +219,12 @@ class Receiver:
             self.received.append(Received(destination, int(body["seq"]), body, time.time(),
                                           fence))
             return 200
+
+    def refused_seqs(self, destination: str, status: int | None = None) -> list[int]:
+        """Sequence numbers refused at ``destination`` (with ``status``), in order."""
+        with self.lock:
+            return [seq for d, seq, code in self.refused
+                    if d == destination and status in (None, code)]
 
     def seqs(self, destination: str) -> list[int]:
         """Sequence numbers received for ``destination``, in arrival order (with repeats)."""

@@ -70,7 +70,8 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def empty_pg(url: str) -> None:
-    _pg(f"TRUNCATE {PG_SCHEMA}.due_jobs, {PG_SCHEMA}.due_counters, {PG_SCHEMA}.bucket_pauses")
+    _pg(f"TRUNCATE {PG_SCHEMA}.due_jobs, {PG_SCHEMA}.due_counters, {PG_SCHEMA}.bucket_pauses, "
+        f"{PG_SCHEMA}.due_set_aside")
 
 
 @pytest.fixture

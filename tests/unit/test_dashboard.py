@@ -31,7 +31,8 @@ def full_snapshot() -> Snapshot:
         totals={"short": BucketStats("short", 10, 3, now, 2, 0, 1, 0)},
         queues={"short": QueueStats("short", 4, 1), "short.dead": QueueStats("short.dead", 1, 0)},
         lock=LockFigures({"busy": 2, "handovers": 1}, 1),
-        destinations=[DestinationFigures("crm", 1, 2, 3, 0)], destinations_seen=1,
+        destinations=[DestinationFigures("crm", 1, 2, 3, 0, refused={"401": 2})],
+        destinations_seen=1,
         read_at={"store": 0.0}, took={"store": 0.1}, up={"store": True})
 
 

@@ -70,9 +70,9 @@ def test_stored_args_leave_out_what_the_row_holds() -> None:
 def test_dispatch_headers_as_celery_exposes_them() -> None:
     lease = NOW + timedelta(minutes=30)
     as_attributes = SimpleNamespace(recur_dispatch=dispatch_header("k", 3, lease))
-    in_headers = SimpleNamespace(headers={"recur_dispatch": ["k", 3, None]})
+    in_headers = SimpleNamespace(headers={"recur_dispatch": ["k", 3, micros(lease), None]})
     assert dispatch_of(as_attributes) == Dispatch("k", 3, micros(lease))
-    assert dispatch_of(in_headers) == Dispatch("k", 3, None)
+    assert dispatch_of(in_headers) == Dispatch("k", 3, micros(lease))
     assert dispatch_of(SimpleNamespace(headers=None)) is None
     live = dispatch_of(as_attributes)
     assert live is not None and live.matches((3, lease))

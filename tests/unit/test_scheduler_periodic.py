@@ -19,7 +19,7 @@ def test_intervals_and_crontabs_become_specs() -> None:
     assert schedule_spec(timedelta(minutes=2)) == "every 120.0"
     assert schedule_spec(crontab(minute="*/5")) == "cron */5 * * * *"
     assert schedule_spec(crontab(minute=0, hour=3)) == "cron 0 3 * * *"
-    for bad in (0, -5, "hourly", True):
+    for bad in (0, -5, "hourly", True, float("nan"), float("inf"), 0.01, 10**12):
         with pytest.raises(InvalidSchedule):
             schedule_spec(bad)
 
@@ -44,3 +44,10 @@ def test_beat_schedule_entries_are_validated_messages() -> None:
     with pytest.raises(InvalidMessage, match="bucket"):
         entries_from_beat({"bad": {"task": "t", "schedule": 5,
                                    "args": ({**msg, "bucket": "huge"},)}}, cfg)
+
+
+def test_a_beat_entry_name_too_long_for_its_job_keys_is_refused_by_name() -> None:
+    message = {"id": "m", "user_id": "u", "bucket": "short", "payload": {}}
+    with pytest.raises(InvalidSchedule, match="beat_schedule name"):
+        entries_from_beat({"n" * 600: {"task": "tasks.process_message", "schedule": 5,
+                                       "args": [message]}}, load_settings({}))

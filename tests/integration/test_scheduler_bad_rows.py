@@ -1,0 +1,128 @@
+"""A real ``recur scheduler`` meets rows it cannot publish (written straight into the store,
+as an older version or another writer could): it sets each aside with its reason, publishes
+the rest of the batch, keeps its one broker connection and never claims them again; `recur
+dead list` shows them. On SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from kombu import Connection
+
+from routing.queues import queue_depth
+from scheduler.store import DueStore, Job
+from tasks.processes import Child, wait_for
+from tests.integration.test_cli_errors import run_recur
+from tests.integration.test_exporter import parse
+from tests.support import services
+from tests.support.scheduler_support import worker_env
+
+pytestmark = pytest.mark.services
+
+TASK = "tasks.process_message"
+GOOD = 20
+
+
+def due(key: str, args: str | None = None, bucket: str = "short") -> Job:
+    return Job(key, TASK, bucket, args or json.dumps([f"user-{key[:20]}", {"n": 1}]),
+               datetime.now(UTC) - timedelta(seconds=1))
+
+
+def bad_rows(dialect: str) -> dict[str, Job]:
+    """key -> row the broker cannot take (PostgreSQL's index holds a compressible key of
+    200,000 bytes: more than a broker frame)."""
+    huge = "k" * (200_000 if dialect == "postgresql" else 300_000)
+    return {huge: due(huge), "big-args": due("big-args", json.dumps(["u", "x" * 70_000])),
+            "undecodable": due("undecodable", '{"args": 5}'),
+            "gone-1": due("gone-1", bucket="gone")}
+
+
+def rows(store: DueStore) -> dict[str, tuple[int, Any]]:
+    with store.engine.connect() as conn:
+        return {k: (s, at) for k, s, at in conn.exec_driver_sql(
+            "SELECT job_key, state, updated_at FROM due_jobs")}
+
+
+def samples(child: Child, port: int) -> dict[Any, float]:
+    if child.proc.poll() is not None:
+        raise RuntimeError(f"{child.name} exited:\n{child.log()[-3000:]}")
+    try:
+        return parse(httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text)
+    except httpx.TransportError:
+        return {}
+
+
+def counted(found: dict[Any, float], name: str, **labels: str) -> float:
+    return found.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def test_bad_rows_are_set_aside_and_the_scheduler_goes_on(
+        store_url: str, broker: Connection, start_scheduler: Any, tmp_path: Path) -> None:
+    store = DueStore.open(store_url)
+    good = [due(f"good-{i:02d}") for i in range(GOOD)]
+    bad = bad_rows(store.dialect)
+    store.schedule(good[:10] + list(bad.values()) + good[10:], datetime.now(UTC))
+    port = services.free_port()
+    scheduler = start_scheduler(worker_env(store_url, RECUR_METRICS_PORT=str(port),
+                                           RECUR_DRAIN_THREADS="1", RECUR_PULL_FORWARD=""))
+
+    def settled() -> bool:
+        found = rows(store)
+        return (all(found[k][0] == 2 for k in bad)
+                and all(found[j.job_key][0] == 1 for j in good))
+
+    # The row of a bucket no longer in the table: after RECUR_UNKNOWN_BUCKET_GRACE (10 s).
+    wait_for(settled, 60, "bad rows set aside and good rows dispatched")
+    wait_for(lambda: queue_depth(broker, "short") == GOOD, 10, "the good rows' messages")
+    first = samples(scheduler, port)
+    aside = {(bucket, reason): counted(first, "recur_scheduler_set_aside_total", bucket=bucket,
+                                       reason=reason)
+             for bucket, reason in [("short", "too_large"), ("short", "undecodable"),
+                                    ("gone", "unknown_bucket")]}
+    assert aside == {("short", "too_large"): 2, ("short", "undecodable"): 1,
+                     ("gone", "unknown_bucket"): 1}
+    assert counted(first, "recur_scheduler_broker_connections_total") == 1
+    assert counted(first, "recur_scheduler_dispatched_total", bucket="short", kind="due") == GOOD
+    # Passes go on (a row due 3 s later is dispatched by one of the ~30 passes meanwhile):
+    # nothing claimed again, no reconnect, the set-aside rows untouched.
+    before = rows(store)
+    late = Job("late", TASK, "short", json.dumps(["user-late", None]),
+               datetime.now(UTC) + timedelta(seconds=3))
+    store.schedule([late], datetime.now(UTC))
+    wait_for(lambda: rows(store)["late"][0] == 1, 30, "a row due later dispatched")
+    later = samples(scheduler, port)
+    assert counted(later, "recur_scheduler_broker_connections_total") == 1
+    assert sum(v for (name, _), v in later.items()
+               if name == "recur_scheduler_set_aside_total") == 4
+    assert {k: rows(store)[k] for k in bad} == {k: before[k] for k in bad}
+    assert queue_depth(broker, "short") == GOOD + 1
+    check_dead_list(store_url, bad, tmp_path)
+    store.close()
+
+
+def check_dead_list(store_url: str, bad: dict[str, Job], tmp_path: Path) -> None:
+    env = {"RECUR_DATABASE_URL": store_url}
+    listed = run_recur(["dead", "list", "short"], env, tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if "from=store" in line]
+    assert len(lines) == 3
+    assert any("job_key: " in line and "at most 512" in line for line in lines)
+    assert any(line.startswith("job undecodable ") and "cannot be decoded" in line
+               for line in lines)
+    every = run_recur(["dead", "list", "--store", "--json"], env, tmp_path)
+    assert every.returncode == 0, every.stderr
+    found = {doc["job_key"]: doc for doc in map(json.loads, every.stdout.splitlines())}
+    assert set(found) == set(bad)
+    assert "not in the bucket table" in found["gone-1"]["reason"]
+    gone = run_recur(["dead", "list", "gone"], env, tmp_path)  # a bucket that left the table
+    assert gone.returncode == 0 and "job gone-1 " in gone.stdout
+    nope = run_recur(["dead", "list", "nope"], env, tmp_path)
+    assert nope.returncode == 2 and "unknown bucket 'nope'" in nope.stderr
+    too_many = run_recur(["dead", "list", "short", "--limit", "5000"], env, tmp_path)
+    assert too_many.returncode == 2
+    assert too_many.stderr.strip() == "recur: --limit must be 1..1000, got 5000"
