@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -128,7 +129,8 @@ class Settings:
                       "and credentials on the management plugin's port, 15672."))
     destinations: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}),
-        metadata=_doc("Resequencer destinations as 'name:url,name:url' (HTTP POST targets); "
+        metadata=_doc("Resequencer destinations as 'name:url,name:url' (HTTP POST targets; a "
+                      "name of letters, digits and '_.-', at most 64); "
                       "none by default: submit refuses a destination not listed here."))
     reseq_gap_timeout: float = field(
         default=60.0,
@@ -340,12 +342,19 @@ def _parse_steps(raw: str) -> Mapping[str, str]:
     return MappingProxyType(steps)
 
 
+#: A destination's name: part of its Redis keys (a hash tag) and of its dead-letter queue.
+DESTINATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
 def _parse_destinations(raw: str) -> Mapping[str, str]:
     destinations = {}
     for item in filter(None, (part.strip() for part in raw.split(","))):
         name, sep, url = (text.strip() for text in item.partition(":"))
         if not sep or not name or not url.startswith(("http://", "https://")):
             raise ValueError(f"{item!r} is not 'name:http(s)://...'")
+        if not DESTINATION_NAME.fullmatch(name):
+            raise ValueError(f"destination name {name[:70]!r} may hold only letters, digits and "
+                             "'_.-' (at most 64; it names Redis keys and a dead-letter queue)")
         destinations[name] = url
     return MappingProxyType(destinations)
 

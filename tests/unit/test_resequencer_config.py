@@ -71,3 +71,9 @@ def test_recur_worker_outbound_runs_the_senders_on_threads() -> None:
 
     argv = worker_argv(bucket_arg(None, None, "outbound"))
     assert argv[argv.index("-Q") + 1] == "outbound" and argv[argv.index("-P") + 1] == "threads"
+
+
+@pytest.mark.parametrize("name", ["bi{l}l", "a b", "x*", "é", "-lead", "n" * 65])
+def test_a_destination_name_that_cannot_name_its_keys_is_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="destination name"):
+        load_settings({"RECUR_DESTINATIONS": f"{name}:http://h/x"})
