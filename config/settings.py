@@ -523,7 +523,7 @@ def _check_database_url(url: str) -> None:
     """Refuse URLs SQLAlchemy would fail on late and obscurely, with the fix."""
     scheme = url.partition("://")[0]
     if scheme in ("postgres", "postgresql", "postgresql+psycopg2"):
-        fixed = _masked("postgresql+psycopg://" + url.partition("://")[2])
+        fixed = masked("postgresql+psycopg://" + url.partition("://")[2], stop_at_space=False)
         raise ValueError(f"use {fixed} (recur talks to PostgreSQL through psycopg 3; "
                          f"SQLAlchemy has no driver for {scheme}://)")
     if not url.startswith(("sqlite:", "postgresql+psycopg:")):
@@ -562,20 +562,23 @@ def problems(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], 
     return values, [masked(line) for line in bad]
 
 
+#: Every setting's dataclass field, by name.
+_FIELDS = {f.name: f for f in fields(Settings)}
+
+
 def _read(var: str, raw: str, table: BucketTable, values: dict[str, Any]) -> str | None:
     """Parse and check one variable into ``values``; the line saying why not, if not."""
     name = var[len(PREFIX):].lower()
-    known = {f.name: f for f in fields(Settings)}
     if name in REMOVED:
         return f"{var}: {REMOVED[name]}"
-    if name not in known:
+    if name not in _FIELDS:
         return f"{var}: unknown setting (see `recur settings` for the known ones)"
     try:
-        value = _parse(name, known[name].type, raw, table)
+        value = _parse(name, _FIELDS[name].type, raw, table)
         _check({name: value}, table)
     except ValueError as exc:
         problem = _plain(exc)
-        if _numeric(known[name].type) and bounds_text(name) not in problem:
+        if _numeric(_FIELDS[name].type) and bounds_text(name) not in problem:
             problem += f"; {name} is {bounds_text(name)}"
         return f"{var}={shown(name, raw)!r:.100}: {problem}"
     values[name] = value
@@ -608,11 +611,6 @@ def _plain(exc: ValueError) -> str:
     if text.startswith("Exceeds the limit"):
         return "not a whole number of a sane size"
     return text
-
-
-def _masked(raw: str) -> str:
-    """A URL's password replaced by ***, so an error line can be shown and logged."""
-    return masked(raw, stop_at_space=False)
 
 
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:

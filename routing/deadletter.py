@@ -12,7 +12,7 @@ task's exception, when it raised one, is in the result backend under its id.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,20 +76,23 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+def peek(channel: Any, queue: str, limit: int) -> Iterator[Any]:
+    """Up to ``limit`` messages of ``queue``, oldest first, got unacknowledged: closing
+    ``channel`` without acking returns every one, in order."""
+    for _ in range(limit):
+        raw = channel.basic_get(queue, no_ack=False)
+        if raw is None:
+            return
+        yield raw
+
+
 def list_dead(conn: Connection, bucket: Bucket, error_of: Callable[[str], str],
               limit: int = 100) -> list[DeadMessage]:
     """Up to ``limit`` (1..MAX_LIST) dead messages of ``bucket``, oldest first, left in
     the queue."""
     check_limit(limit)
-    found: list[DeadMessage] = []
     with conn.channel() as channel:
-        for _ in range(limit):
-            raw = channel.basic_get(bucket.dead_queue, no_ack=False)
-            if raw is None:
-                break
-            found.append(_describe(raw, error_of))
-        # Closing the channel without acking returns every message, in order.
-    return found
+        return [_describe(raw, error_of) for raw in peek(channel, bucket.dead_queue, limit)]
 
 
 def replay_dead(conn: Connection, bucket: Bucket, limit: int = 100) -> int:
@@ -101,10 +104,7 @@ def replay_dead(conn: Connection, bucket: Bucket, limit: int = 100) -> int:
     moved = 0
     with conn.channel() as channel:
         producer = Producer(channel, exchange=TASK_EXCHANGE)
-        for _ in range(limit):
-            raw = channel.basic_get(bucket.dead_queue, no_ack=False)
-            if raw is None:
-                break
+        for raw in peek(channel, bucket.dead_queue, limit):
             headers = {k: v for k, v in (raw.headers or {}).items() if k not in BROKER_HEADERS}
             props = raw.properties
             producer.publish(raw.body, routing_key=bucket.queue, headers=headers,

@@ -40,6 +40,7 @@ from kombu.exceptions import KombuError
 
 from config.errors import BrokerUnavailable, InvalidMessage, ResequencerFull, UnknownDestination
 from config.settings import Settings
+from routing.deadletter import check_limit, peek
 
 #: Queue-name prefix of the destinations' dead letters.
 QUEUE_PREFIX = "outbound.dead."
@@ -82,7 +83,7 @@ class DeadLetter:
                        status=None if doc.get("status") is None else int(doc["status"]),
                        at=float(doc.get("at") or 0), message=doc.get("message"),
                        step=doc.get("step"), result=doc.get("result"))
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, OverflowError) as exc:  # "seq": 1e999
             return cls(destination, 0, "", f"unreadable dead letter ({exc}): {raw[:200]!r}",
                        None, 0.0)
 
@@ -151,19 +152,16 @@ def exists(conn: Connection, name: str) -> bool:
 def list_letters(conn: Connection, destination: str, limit: int = 100) -> list[DeadLetter]:
     """Up to ``limit`` records of ``destination``, oldest sequence number first, one per
     (seq, id) with its ``copies``; all left in the queue."""
+    check_limit(limit)
     name = queue_name(destination)
     if not exists(conn, name):
         return []
     found: dict[tuple[int, str], DeadLetter] = {}
     with conn.channel() as channel:
-        for _ in range(limit):
-            raw = channel.basic_get(name, no_ack=False)
-            if raw is None:
-                break
+        for raw in peek(channel, name, limit):
             one = DeadLetter.from_body(destination, raw.body)
             seen = found.get(one.key)
             found[one.key] = replace(one, copies=seen.copies + 1) if seen else one
-        # Closing the channel without acking returns every record, in order.
     return sorted(found.values(), key=lambda d: d.seq)
 
 
@@ -184,17 +182,14 @@ def replay(conn: Connection, destination: str, resubmit: Callable[[DeadLetter], 
     ``resubmit`` (the intake: returns the new sequence number); each record is
     acknowledged only after its submit. UnknownDestination stops it (nothing more is
     submitted); a full destination stops it too, leaving the rest."""
+    check_limit(limit)
     done = Replayed()
     name = queue_name(destination)
     if not exists(conn, name):
         return done
     with conn.channel() as channel:
-        got = []
-        for _ in range(limit):
-            raw = channel.basic_get(name, no_ack=False)
-            if raw is None:
-                break
-            got.append((raw.delivery_tag, DeadLetter.from_body(destination, raw.body)))
+        got = [(raw.delivery_tag, DeadLetter.from_body(destination, raw.body))
+               for raw in peek(channel, name, limit)]
         submitted: set[tuple[int, str]] = set()
         for tag, one in sorted(got, key=lambda pair: pair[1].seq):
             if one.key in submitted:

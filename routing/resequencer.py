@@ -196,7 +196,7 @@ class Resequencer:
             pipe.hget(self.key(destination, "buffer"), str(sent + 1))
             pipe.time()
             pipe.hlen(self.key(destination, "buffer"))
-            pipe.exists(keys.reseq_outage(self.cfg.key_prefix, destination))
+            pipe.exists(self.key(destination, keys.OUTAGE))
             pending, entry, (secs, micros), buffered, outage = pipe.execute()
         return Next(seq=sent + 1, pending=json.loads(pending) if pending else None,
                     entry=json.loads(entry) if entry else None,

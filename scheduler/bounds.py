@@ -28,6 +28,8 @@ from config.settings import Settings
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Escapes json.dumps writes for a NUL or a surrogate: only a call holding one is walked.
 SUSPECT = ("\\u0000", "\\ud")
+#: Why a string with a NUL cannot be stored (the seed's transform says it alike).
+NUL_REASON = "contains a NUL character (U+0000), which PostgreSQL cannot store"
 #: Largest ``retries`` a stored call may carry (a signed 32-bit header integer).
 MAX_RETRIES = 2**31 - 1
 
@@ -55,14 +57,14 @@ def job_key_problem(key: Any, limits: Limits, name: str = "job_key") -> str | No
         return f"{name} must be a string, got {type(key).__name__}"
     if not key.strip():
         return f"{name} must be a non-empty string, got {key!r}"
-    size = utf8_size(key)
-    if size > limits.job_key_bytes:
-        return f"{name}: {size} bytes, at most {limits.job_key_bytes} (RECUR_MAX_JOB_KEY_BYTES)"
+    problem = key_size_problem(key, limits, name)
+    if problem is not None:
+        return problem
     bad = CONTROL.search(key)
     if bad is not None:
         return (f"{name}: control character U+{ord(bad.group()):04X} at position {bad.start()}"
                 " (a key holds printable characters only)")
-    if size != len(key) and _lone_surrogate(key):
+    if not key.isascii() and _lone_surrogate(key):
         return f"{name}: not valid Unicode (a lone surrogate)"
     return None
 
@@ -73,6 +75,14 @@ def check_job_key(key: Any, limits: Limits, name: str = "job_key") -> str:
     if problem is not None:
         raise InvalidSchedule(problem)
     return str(key)
+
+
+def key_size_problem(key: str, limits: Limits, name: str = "job_key") -> str | None:
+    """Why ``key`` is too long to be a job key, or None."""
+    size = utf8_size(key)
+    if size > limits.job_key_bytes:
+        return f"{name}: {size} bytes, at most {limits.job_key_bytes} (RECUR_MAX_JOB_KEY_BYTES)"
+    return None
 
 
 def call_size_problem(text: str, limits: Limits) -> str | None:
@@ -129,7 +139,7 @@ def string_problem(args: list[Any], kwargs: Mapping[str, Any]) -> str | None:
 
 def _text_problem(text: str) -> str | None:
     if "\x00" in text:
-        return "contains a NUL character (U+0000), which PostgreSQL cannot store"
+        return NUL_REASON
     if not text.isascii() and _lone_surrogate(text):
         return "is not valid Unicode (a lone surrogate), which PostgreSQL cannot store"
     return None
@@ -146,8 +156,4 @@ def _lone_surrogate(text: str) -> bool:
 def row_problem(job_key: str, args: str, limits: Limits) -> str | None:
     """Why a stored row must not be published (the size bounds apply_async keeps), or
     None: a row another writer put in the store is checked before its message is built."""
-    size = utf8_size(job_key)
-    if size > limits.job_key_bytes:
-        return (f"job_key: {size} bytes, at most {limits.job_key_bytes} "
-                "(RECUR_MAX_JOB_KEY_BYTES)")
-    return call_size_problem(args, limits)
+    return key_size_problem(job_key, limits) or call_size_problem(args, limits)

@@ -20,7 +20,13 @@ from config.buckets import bucket_table
 from config.errors import InvalidMessage
 from scheduler import frames
 from scheduler.bounds import Limits, row_problem
-from scheduler.refusals import TOO_LARGE, UNDECODABLE, UNKNOWN_BUCKET, Refusal
+from scheduler.refusals import (
+    TOO_LARGE,
+    UNDECODABLE,
+    UNKNOWN_BUCKET,
+    Refusal,
+    unknown_bucket_reason,
+)
 from scheduler.store import Claimed
 
 if TYPE_CHECKING:
@@ -57,8 +63,7 @@ def header_frame_size(data: bytes) -> int:
 
 
 def unknown_bucket(bucket: str) -> Refusal:
-    return Refusal(UNKNOWN_BUCKET, f"bucket {bucket!r} is not in the bucket table (buckets: "
-                                   f"{', '.join(bucket_table().names)})")
+    return Refusal(UNKNOWN_BUCKET, unknown_bucket_reason(bucket, bucket_table().names))
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ that stamp, so an unconfirmed earlier copy is a stale one).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -28,6 +29,11 @@ class Refusal:
 
     kind: str
     reason: str
+
+
+def unknown_bucket_reason(bucket: str, names: Iterable[str]) -> str:
+    """Why a row of ``bucket`` cannot be published: the bucket table ``names`` lacks it."""
+    return f"bucket {bucket!r} is not in the bucket table (buckets: {', '.join(names)})"
 
 
 @dataclass

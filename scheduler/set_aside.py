@@ -21,8 +21,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from scheduler.metrics import SET_ASIDE
-from scheduler.refusals import UNKNOWN_BUCKET, Published, Refusal
-from scheduler.store import Claimed
+from scheduler.refusals import UNKNOWN_BUCKET, Published, Refusal, unknown_bucket_reason
+from scheduler.store import Claimed, refused_rows
 from scheduler.store_aside import AsideRows
 
 log = logging.getLogger("recur.scheduler")
@@ -43,9 +43,7 @@ class Caught:
 
     def __call__(self, rows: list[Claimed], *args: Any) -> Published | None:
         outcome = self._publish(rows, *args)
-        if outcome:
-            self.refused += [(row, outcome.refused[row.job_key]) for row in rows
-                             if row.job_key in outcome.refused]
+        self.refused += refused_rows(rows, outcome)
         return outcome
 
     def report(self) -> int:
@@ -101,8 +99,7 @@ class UnknownBuckets:
                         "scheduler's bucket table (%s): set aside once due for %.0fs "
                         "(RECUR_UNKNOWN_BUCKET_GRACE)", bucket, ", ".join(self.known),
                         self.grace)
-        reason = (f"bucket {bucket!r} is not in the bucket table (buckets: "
-                  f"{', '.join(self.known)})")
+        reason = unknown_bucket_reason(bucket, self.known)
         before, moved = now - timedelta(seconds=self.grace), 0
         for _ in range(ASIDE_ROUNDS):
             done = self.rows.set_aside_bucket(bucket, before, ASIDE_BATCH, reason, now)

@@ -49,9 +49,10 @@ def collect(store: DueStore, depths: dict[str, int | None], now: datetime) -> li
     it but still has rows in the store (no scheduler dispatches them: they are set
     aside once due, RECUR_UNKNOWN_BUCKET_GRACE)."""
     stats = store.stats(now)
-    names = bucket_table().names
+    table = bucket_table()
+    names = table.names
     rows = [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue))
-            for b in bucket_table().buckets]
+            for b in table.buckets]
     return rows + [bucket_status(found, name, now, None) for name, found in sorted(stats.items())
                    if name not in names and (found.scheduled or found.dispatched
                                               or found.set_aside)]

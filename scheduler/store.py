@@ -592,7 +592,7 @@ class DueStore:
                 leases = _leases(claimed, lease_until, outcome)
                 for lease, keys in leases.items():
                     run(MARK_DISPATCHED, {"keys": keys, "lease": lease, "now": now})
-                self._put_aside(run, _refused(claimed, outcome), now)
+                self._put_aside(run, refused_rows(claimed, outcome), now)
             return sum(map(len, leases.values()))
         with self._tx(f"dispatch bucket {bucket}") as conn:
             claimed = [Claimed(job_key=r.job_key, task=self._task_name(conn, r.task_id),
@@ -609,7 +609,7 @@ class DueStore:
                              .values(state=DISPATCHED, token=due_jobs.c.token + 1,
                                      due_at=lease, attempts=due_jobs.c.attempts + 1,
                                      updated_at=now))
-            self._put_aside(conn.execute, _refused(claimed, outcome), now)
+            self._put_aside(conn.execute, refused_rows(claimed, outcome), now)
         return sum(map(len, leases.values()))
 
     def _put_aside(self, execute: Execute, refused: list[tuple[Claimed, Refusal]],
@@ -649,9 +649,10 @@ class DueStore:
                     for r in conn.execute(poison)]
             if not rows:
                 return {}
-            refused = _refused(rows, publish(rows))
+            refused = refused_rows(rows, publish(rows))
             self._put_aside(conn.execute, refused, now)
-            gone = [r for r in rows if not any(r is row for row, _ in refused)]
+            kept = {row.job_key for row, _ in refused}
+            gone = [r for r in rows if r.job_key not in kept]
             # drop_poison: the rows just dead-lettered (still locked by us).
             conn.execute(delete(due_jobs).where(
                 due_jobs.c.job_key.in_([r.job_key for r in gone]),
@@ -832,7 +833,8 @@ class BucketHead:
     dead_lettered: int
 
 
-def _refused(rows: list[Claimed], outcome: Published | None) -> list[tuple[Claimed, Refusal]]:
+def refused_rows(rows: list[Claimed], outcome: Published | None
+                 ) -> list[tuple[Claimed, Refusal]]:
     """The rows a publish refused, with why."""
     if not outcome or not outcome.refused:
         return []

@@ -25,6 +25,8 @@ from pyspark.sql import functions as F
 
 from config.settings import Settings
 from routing.messages import MAX_ID_LENGTH
+from scheduler.bounds import CONTROL as BOUNDS_CONTROL
+from scheduler.bounds import NUL_REASON
 
 #: The task every seeded job runs; the scheduler publishes ``args`` to it as-is.
 TASK = "tasks.process_message"
@@ -141,11 +143,11 @@ def _payload_checks(rules: Rules) -> list[Check]:
     ]
 
 
-#: Control characters (Java regex), refused in an id: it is the row's job key.
-CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+#: Control characters, refused in an id: it is the row's job key (the pattern of
+#: scheduler/bounds.py's, which Java's regex reads alike).
+CONTROL = BOUNDS_CONTROL.pattern
 #: A JSON ``\u0000`` escape that is not itself an escaped backslash's text.
 NUL_ESCAPE = r"(^|[^\\])(\\\\)*\\u0000"
-NUL_REASON = "contains a NUL character (U+0000), which PostgreSQL cannot store"
 
 
 def _store_checks(rules: Rules) -> list[Check]:

@@ -10,14 +10,14 @@ that name wins: use ``--destination``).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import click
 
 from config.errors import InvalidArgument, ResequencerFull
-from config.settings import settings
+from config.settings import DESTINATION_NAME, settings
 
 
 def check_choice(bucket: Any, destination: str | None) -> None:
@@ -26,6 +26,9 @@ def check_choice(bucket: Any, destination: str | None) -> None:
         raise InvalidArgument("give a BUCKET or --destination DESTINATION (one of them)")
     if destination is not None and not destination.strip():
         raise InvalidArgument("--destination must name a destination")
+    if destination is not None and not DESTINATION_NAME.fullmatch(destination):
+        raise InvalidArgument(f"--destination {destination[:70]!r} is no destination name "
+                              f"(letters, digits and '_.-', at most 64)")
 
 
 def line_of(dead: Any) -> str:
@@ -38,15 +41,11 @@ def line_of(dead: Any) -> str:
 
 
 def show(destination: str, limit: int, as_json: bool) -> None:
-    """Print up to ``limit`` dead letters of ``destination``, oldest first."""
-    from dataclasses import asdict
-
-    from routing.deadletter import check_limit
+    """Print up to ``limit`` (1..MAX_LIST) dead letters of ``destination``, oldest first."""
     from routing.destination_dead import list_letters, queue_name
     from tasks.app import app
     from tasks.broker_ops import broker_connection
 
-    check_limit(limit)
     with broker_connection(app) as conn:
         found = list_letters(conn, destination, limit)
     for dead in found:
@@ -113,8 +112,5 @@ destination_option = click.option(
 
 def chosen(bucket: Any, destination: str | None) -> str | None:
     """The destination asked for (None: the bucket was), after checking one was."""
-    if isinstance(bucket, DestinationArg):
-        check_choice(bucket, destination)  # both given: refused
-        return bucket.name
-    check_choice(bucket, destination)
-    return destination
+    check_choice(bucket, destination)  # both given (a DestinationArg too): refused
+    return bucket.name if isinstance(bucket, DestinationArg) else destination

@@ -16,23 +16,16 @@ from dataclasses import dataclass
 
 import click
 
+from config.checks import is_loopback as address_is_loopback
 from config.entry import EXIT_ERROR, one_line
+from config.redact import masked
 from config.settings import Settings, settings
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
 
-def hide_passwords(text: str) -> str:
-    """``text`` with every URL password and ``?password=`` shown as *** (config.redact)."""
-    from config.redact import masked
-
-    return masked(text)
-
-
 def is_loopback(host: str | None) -> bool:
     """Whether a URL's ``host`` is this machine only (None: a Unix socket, local too)."""
-    from config.checks import is_loopback as address_is_loopback
-
     return not host or address_is_loopback(host.strip("[]"))
 
 
@@ -51,7 +44,7 @@ class Check:
     text: str
 
     def line(self) -> str:
-        return hide_passwords(f"{self.level:<4}  {self.name}: {self.text}")
+        return masked(f"{self.level:<4}  {self.name}: {self.text}")
 
 
 def ok(name: str, text: str) -> Check:

@@ -23,8 +23,9 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 from amqp.exceptions import NotFound, PreconditionFailed
 from kombu import Connection, Queue
 
+from config.redact import masked
 from config.settings import Settings
-from tasks.doctor import Check, fail, hide_passwords, ok, said, warn
+from tasks.doctor import Check, fail, ok, said, warn
 
 #: Oldest RabbitMQ with quorum queues and x-delivery-limit.
 QUORUM_SINCE = (3, 8)
@@ -37,7 +38,7 @@ class ManagementUnreachable(Exception):
 
 def checks(cfg: Settings) -> list[Check]:
     """Reachable, version, queues."""
-    url = hide_passwords(cfg.broker_url)
+    url = masked(cfg.broker_url)
     conn = Connection(cfg.broker_url, connect_timeout=TIMEOUT)
     try:
         try:
@@ -82,10 +83,10 @@ def queues_check(cfg: Settings, conn: Connection) -> Check:
     api = broker_api(cfg.broker_url, cfg.flower_broker_api)
     try:
         problems, missing = from_management(api, conn.virtual_host or "/", queues)
-        how = f"read from the management API {hide_passwords(api)}"
+        how = f"read from the management API {masked(api)}"
     except ManagementUnreachable as exc:
         problems, missing = by_redeclaring(conn, queues)
-        how = (f"checked by declaring them again: the management API {hide_passwords(api)} "
+        how = (f"checked by declaring them again: the management API {masked(api)} "
                f"is not reachable ({exc})")
     if problems:
         return fail("rabbitmq queues", f"{'; '.join(problems)}: a queue keeps the type and "
@@ -139,8 +140,7 @@ def differences(name: str, wanted: dict[str, Any], found: dict[str, Any]) -> lis
 def management_get(api: str, path: str) -> Any:
     """GET ``api + path`` as JSON with the URL's credentials; ManagementUnreachable else."""
     parts = urlsplit(api)
-    host = parts.hostname or "localhost"
-    netloc = f"{host}:{parts.port}" if parts.port else host
+    netloc = parts.netloc.rpartition("@")[2] or "localhost"  # credentials go in a header
     request = urllib.request.Request(urlunsplit(
         (parts.scheme, netloc, parts.path.rstrip("/") + "/" + path, "", "")))
     if parts.username:

@@ -16,8 +16,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from config.errors import SchemaOutOfDate
+from config.redact import masked
 from config.settings import Settings
-from tasks.doctor import Check, fail, hide_passwords, ok, said, warn
+from tasks.doctor import Check, fail, ok, said, warn
 from tasks.redis_check import Finding, check_client, findings
 
 #: Seconds doctor waits for a service before it calls it unreachable.
@@ -26,7 +27,7 @@ TIMEOUT = 5
 
 def redis_checks(cfg: Settings) -> list[Check]:
     """Redis answers, and keeps what recur writes."""
-    url = hide_passwords(cfg.redis_url)
+    url = masked(cfg.redis_url)
     client = check_client(cfg.redis_url, TIMEOUT)
     try:
         try:
@@ -76,7 +77,7 @@ def database_checks(cfg: Settings) -> list[Check]:
     """The due-jobs store answers; its schema is current; PostgreSQL is set up for it."""
     from scheduler.migrate import missing_sqlite_file
 
-    url = hide_passwords(cfg.database_url)
+    url = masked(cfg.database_url)
     engine = doctor_engine(cfg.database_url)
     try:
         missing = missing_sqlite_file(engine)

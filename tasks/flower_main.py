@@ -23,11 +23,11 @@ from urllib.parse import urlsplit
 
 from tornado import web
 
+from config.entry import EXIT_ERROR
 from config.errors import ConfigError
 
 #: Flower options that would add logins beside (or instead of) the checked one.
 AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")
-EXIT_ERROR = 2
 
 
 def basic_auth(user: str, password: str) -> str:

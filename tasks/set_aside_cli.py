@@ -134,11 +134,15 @@ def show_set_aside(bucket: str | None, limit: int, json_lines: bool) -> None:
 
 def replay_set_aside(bucket: str | None, keys: tuple[str, ...], limit: int) -> None:
     """``recur dead replay --store [BUCKET] [--key KEY ...]``: due again now."""
+    from routing.deadletter import check_limit
     from scheduler.store import DueStore
     from scheduler.store_aside import AsideRows
 
+    check_limit(limit)
     if keys and bucket is not None:
         raise InvalidArgument("give a BUCKET or --key KEY, not both")
+    if len(keys) > limit:  # the rest would be reported "not set aside"
+        raise InvalidArgument(f"--key given {len(keys)} times, more than --limit ({limit})")
     store = DueStore.open(settings().database_url)
     try:
         done = AsideRows(store).replay(bucket, keys, limit, datetime.now(UTC))

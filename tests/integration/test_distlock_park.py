@@ -104,6 +104,8 @@ def test_celery_events_show_a_parked_job_as_parked_then_run(
     assert state.tasks[second.id].state == "PARKED"
     wait_for(lambda: ended(redis_client, {f"{user}-1"}) == {f"{user}-1"}, 30, "job 1 to run")
     wait_for(lambda: "task-succeeded" in types(second.id), 30, "job 1's run events")
+    # The releaser runs job 1 inside job 0's delivery: job 0's own success event comes after.
+    wait_for(lambda: "task-succeeded" in types(first.id), 30, "job 0's run events")
     stop.set()
     assert types(second.id)[-2:] == ["task-started", "task-succeeded"]
     assert "task-succeeded" in types(first.id) and "task-parked" not in types(first.id)

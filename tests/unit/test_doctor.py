@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from config.errors import ConfigError
+from config.redact import masked as hide_passwords
 from config.settings import Settings, load_settings
 from tasks import doctor_rabbit, doctor_secrets
-from tasks.doctor import FAIL, OK, WARN, Check, hide_passwords, is_loopback, report
+from tasks.doctor import FAIL, OK, WARN, Check, is_loopback, report
 from tasks.doctor_services import redis_setting, synchronous_commit
 from tasks.redis_check import REQUIRED, Finding, _line
 
