@@ -90,8 +90,8 @@ def timed_pairs(pairs: int, variants: dict[str, Variant]) -> dict[str, dict[str,
 
 def overhead(pairs: int) -> dict[str, Any]:
     """Acquire + release pairs: bare SET NX PX + Lua CAD, redis-py Lock, recur's lock."""
+    from routing.redis_client import get_redis
     from tasks.distlock.store import LockStore, new_token
-    from tasks.redis_conn import get_redis
 
     client = get_redis()
     cad = client.register_script(
@@ -147,7 +147,7 @@ class Workers:
     until the jobs are all queued so every mode starts from the same backlog."""
 
     def __init__(self, log_dir: Path, extra_env: dict[str, str]) -> None:
-        from tasks.processes import spawn, wait_for, wait_for_worker
+        from tests.support.processes import spawn, wait_for, wait_for_worker
 
         self.app = _app()
         self.children, self.nodes = [], []
@@ -236,9 +236,9 @@ MODES: dict[str, tuple[str, bool, dict[str, str]]] = {
 
 def contention_run(mode: str, hot: int, others: int, ms: float, run_dir: Path) -> dict[str, Any]:
     from bench import distlock_tasks
+    from routing.redis_client import get_redis
     from tasks.distlock.runtime import runtime
-    from tasks.processes import wait_for
-    from tasks.redis_conn import get_redis
+    from tests.support.processes import wait_for
 
     client = get_redis()
     for key in (distlock_tasks.runs_key(), distlock_tasks.retries_key(),
@@ -454,7 +454,7 @@ def main() -> None:
         write_result(opts.result, figures)
     finally:
         subprocess.run(["rabbitmqctl", "delete_vhost", VHOST], capture_output=True, timeout=120)
-        from tasks.redis_conn import get_redis
+        from routing.redis_client import get_redis
 
         client = get_redis()
         for key in client.scan_iter(match=f"{PREFIX}:*", count=1000):

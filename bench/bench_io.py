@@ -87,7 +87,7 @@ class Run:
         self.scheduler: Any = None
 
     def spawn(self, name: str, argv: list[str]) -> Any:
-        from tasks.processes import spawn
+        from tests.support.processes import spawn
 
         child = spawn(f"{self.name}-{name}", argv, self.log_dir, self.env, cwd=ROOT)
         self.children.append(child)
@@ -100,7 +100,7 @@ class Run:
 
 def recur_worker(run: Run, bucket: str) -> None:
     from tasks.app import app
-    from tasks.processes import recur_argv, wait_for_worker
+    from tests.support.processes import recur_argv, wait_for_worker
 
     extra = ["-c", str(run.opts.concurrency)] if bucket == "io" else []
     for i in range(run.opts.processes if bucket == "io" else 1):
@@ -115,8 +115,8 @@ def recur_worker(run: Run, bucket: str) -> None:
 
 
 def seed_recur(run: Run, task: str, bucket: str) -> None:
-    from scheduler.callargs import encode_call
     from scheduler.store import DueStore, Job
+    from scheduler.wire import encode_call
 
     store = DueStore.open(ENVIRONMENT.pg_url)
     now, n = datetime.now(UTC), run.opts.messages
@@ -143,7 +143,7 @@ def start_recur(task: str, bucket: str) -> Callable[[Run], None]:
 def start_celery_threads(run: Run) -> None:
     from bench.io_plain import app as plain
     from bench.io_plain import plain_io
-    from tasks.processes import wait_for_worker
+    from tests.support.processes import wait_for_worker
 
     celery = str(Path(sys.executable).parent / "celery")
     plain.conf.broker_url = ENVIRONMENT.broker_url
@@ -165,7 +165,7 @@ def start_celery_threads(run: Run) -> None:
 
 
 def start_arq(run: Run) -> None:
-    from tasks.processes import wait_for
+    from tests.support.processes import wait_for
 
     arq = str(Path(sys.executable).parent / "arq")
     for i in range(run.opts.processes):
@@ -238,7 +238,7 @@ def cpu_figures(before: dict[str, dict[int, float]], after: dict[str, dict[int, 
 
 def measure(run: Run, server_pid: int) -> dict[str, Any]:
     """Runs/s, lag, RSS and CPU by process over the window after the warm-up."""
-    from tasks.redis_conn import get_redis
+    from routing.redis_client import get_redis
 
     time.sleep(WARMUP)
     client = get_redis()
@@ -335,7 +335,7 @@ def main() -> None:
     parser.add_argument("--only", default=",".join(CONTENDERS))
     opts = parser.parse_args()
     opts.port = free_port()
-    from tasks.processes import spawn, wait_for
+    from tests.support.processes import spawn, wait_for
 
     ENVIRONMENT.setup()
     log_dir = Path(tempfile.mkdtemp(prefix="recur-bench-io-"))

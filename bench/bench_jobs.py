@@ -77,7 +77,7 @@ def median_ms(run: Callable[[], Any], repeat: int) -> float:
 def pages(rows: int, repeat: int) -> dict[str, Any]:
     from scheduler import jobs as api
     from scheduler.store import DueStore
-    from scheduler.store_control import JobControl, JobFilter, encode_cursor
+    from scheduler.store.control import JobControl, JobFilter, encode_cursor
 
     store = DueStore.open(ENVIRONMENT.pg_url)
     ctl = JobControl(store)
@@ -131,7 +131,7 @@ def claim_and_cancel(repeat: int) -> dict[str, Any]:
     """The idle claim of a batch of never-run rows, then with no row's floor passed (every
     short row just ran: floors an hour ahead); one user's cancel."""
     from scheduler.store import CLAIM_EARLY, DueStore
-    from scheduler.store_control import JobControl
+    from scheduler.store.control import JobControl
 
     figures = claim_early(CLAIM_EARLY, repeat, "batch")
     pg(f"UPDATE {SCHEMA}.due_jobs SET early_at = due_at + interval '1 hour' "
@@ -156,7 +156,7 @@ def due_ordered_claim() -> Any:
     on the floor (what the claim would be without ix_due_jobs_early)."""
     from sqlalchemy import bindparam, select
 
-    from scheduler.schema import SCHEDULED, UtcDateTime, due_jobs
+    from scheduler.store.schema import SCHEDULED, UtcDateTime, due_jobs
 
     c = due_jobs.c
     return (select(c.job_key, c.task_id, c.args, c.due_at, c.token)
@@ -195,8 +195,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    from scheduler.engine import make_engine
-    from scheduler.migrate import upgrade
+    from scheduler.store.connection import make_engine
+    from scheduler.store.migrate import upgrade
 
     pg(f"CREATE SCHEMA {SCHEMA}")
     figures: dict[str, Any] = {

@@ -34,7 +34,7 @@ SCHEMA = ENVIRONMENT.schema
 
 def seed(start: int, size: int) -> float:
     """Rows start+1..size, a million per bucket in turn; one in ten due an hour ago."""
-    from config.buckets import BUCKETS
+    from config.buckets_in_use import BUCKETS
 
     t0 = time.monotonic()
     for first in range(start, size, 1_000_000):
@@ -46,7 +46,7 @@ def seed(start: int, size: int) -> float:
 
 def seed_sql(count: int, bucket: str, start: int) -> str:
     """Server-side INSERT of recurring jobs shaped as bench.scheduler_env.seed_sql's."""
-    from scheduler.callargs import encode_call
+    from scheduler.wire import encode_call
 
     message = {"id": "j", "user_id": "@user@", "bucket": bucket,
                "payload": {"every": 3600.0, "runs": None}}

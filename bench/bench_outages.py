@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.results_io import write_result
-from config.buckets import BUCKETS
-from tasks.processes import wait_for
+from config.buckets_in_use import BUCKETS
 from tests.support.outage_rig import OutageRig, figures, outage_rig
+from tests.support.processes import wait_for
 
 OUTAGE = 6.0
 #: RabbitMQ takes seconds to stop and start its application: down about as long.

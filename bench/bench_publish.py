@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 
 from bench.results_io import write_result
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from routing.queues import declare_topology
 from tasks.app import app
 from tasks.process import process_message

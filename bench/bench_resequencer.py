@@ -97,8 +97,8 @@ def summarize(received: list[Any], count: int, elapsed: float) -> dict[str, Any]
 def warm_up(cfg: Any, name: str, receiver: Any, count: int) -> None:
     """Send a few messages through every hop first (connections, pools, first imports
     in each process), as a running system would have; not measured."""
-    from routing.intake import submit
-    from tasks.processes import wait_for
+    from routing.reseq.intake import submit
+    from tests.support.processes import wait_for
 
     before = len(receiver.seqs("warmup"))
     for i in range(count):
@@ -112,8 +112,8 @@ class SenderKiller:
     ``kills`` times, spread over the run; the other outbound workers take over."""
 
     def __init__(self, name: str, cfg: Any, senders: list[Any], count: int, kills: int) -> None:
-        from routing.resequencer import Resequencer
-        from tasks.redis_conn import get_redis
+        from routing.redis_client import get_redis
+        from routing.reseq.state import Resequencer
 
         self.name, self.senders = name, {child.pid: child for child in senders}
         self.reseq = Resequencer(get_redis(), cfg)
@@ -122,7 +122,7 @@ class SenderKiller:
 
     def maybe_kill(self, arrival: int) -> None:
         """At or after the next due arrival, kill the lease holder (once one holds it)."""
-        from routing.lease import holder_pid
+        from routing.reseq.lease import holder_pid
 
         if not self.due or arrival < self.due[0]:
             return
@@ -137,9 +137,9 @@ class SenderKiller:
 def run(name: str, processes: int, count: int, log_dir: Path, senders: int = 1,
         kills: int = 0) -> dict[str, Any]:
     """Start the workers, submit ``count`` messages at the arrival rate, measure."""
-    from routing.intake import submit
+    from routing.reseq.intake import submit
     from tasks.app import app
-    from tasks.processes import spawn, wait_for, wait_for_worker
+    from tests.support.processes import spawn, wait_for, wait_for_worker
     from tests.support.receiver import Receiver
 
     with Receiver() as receiver:
@@ -244,7 +244,7 @@ def main() -> None:
 
 
 def delete_keys() -> None:
-    from tasks.redis_conn import get_redis
+    from routing.redis_client import get_redis
 
     client = get_redis()
     for key in client.scan_iter(match=f"{VHOST}:*", count=1000):

@@ -43,11 +43,7 @@ def plain_app(confirms: bool) -> Any:
     return plain
 
 
-def purge(queue: str = "short") -> None:
-    from tasks.app import app
-
-    with app.connection_for_write() as conn, conn.channel() as channel:
-        channel.queue_purge(queue)
+purge = benv.purge
 
 
 def message(i: int) -> dict[str, Any]:
@@ -89,7 +85,7 @@ def scheduler_drain(rows: int, lanes: int | None) -> dict[str, Any]:
     confirms), as one pass with room for all of them."""
     import dataclasses
 
-    from config.buckets import BUCKETS_BY_NAME
+    from config.buckets_in_use import BUCKETS_BY_NAME
     from config.settings import settings
     from routing.queues import TASK_EXCHANGE
     from scheduler.drain import Scheduler
@@ -126,7 +122,8 @@ def minimal_relay(rows: int) -> dict[str, Any]:
 
     from bench.private_env import PG_DSN
     from routing.queues import TASK_EXCHANGE
-    from scheduler.publisher import ConfirmingPublisher, TaskMessage
+    from scheduler.publisher import ConfirmingPublisher
+    from scheduler.task_message import TaskMessage
 
     benv.pg(f"TRUNCATE {benv.SCHEMA}.due_jobs")
     benv.pg(benv.seed_sql(rows, "short", "now() - interval '1 second'"))
@@ -146,7 +143,7 @@ def minimal_relay(rows: int) -> dict[str, Any]:
                 got = conn.execute(claim).fetchall()
                 if not got:
                     break
-                publisher._publish_all([  # the batched-confirm writer, bare messages
+                publisher.publish_messages([  # the batched-confirm writer, bare messages
                     (TASK_EXCHANGE.name, "short", TaskMessage(key, args.encode(), {"id": key}))
                     for key, args in got])
                 conn.execute(mark, [[key for key, _ in got]])

@@ -58,7 +58,7 @@ def unacked(queue: str) -> int:
 
 
 def worker(log_dir: Path, name: str, *args: str, app: Any = None) -> Any:
-    from tasks.processes import spawn, wait_for_worker
+    from tests.support.processes import spawn, wait_for_worker
 
     if app is None:
         from tasks.app import app
@@ -137,7 +137,7 @@ def storage_only(sizes: list[int]) -> dict[str, Any]:
 
 
 def recur_store(sizes: list[int], log_dir: Path) -> dict[str, Any]:
-    from tasks.processes import recur_argv, spawn
+    from tests.support.processes import recur_argv, spawn
 
     child = worker(log_dir, "store", "-A", "tasks", "worker", "-Q", "short")
     scheduler = spawn("scheduler", recur_argv("scheduler"), log_dir,

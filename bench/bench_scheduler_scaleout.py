@@ -23,7 +23,7 @@ While the rows drain it samples the bench's own PostgreSQL backends (tagged
 with an ``application_name``) every 50 ms: how many are running a statement,
 how many wait on a heavyweight lock (a row or transaction lock: the claims
 serializing), and which backend holds the bucket's fill lock (the per-bucket
-advisory lock of ``scheduler/fill_lock.py``).
+advisory lock of ``scheduler/store/fill_lock.py``).
 
 PostgreSQL and RabbitMQ are shared with whatever else runs on the machine: their
 figures include it, and so do the load average and idle share recorded.
@@ -343,7 +343,7 @@ def scheduler_step(schedulers: int, rows: int, log_dir: Path, root: Path = benv.
                    mode: str = "schedulers") -> dict[str, Any]:
     """Seed ``rows`` due in LEAD_SECONDS, start the schedulers (the code under
     ``root``), time the drain."""
-    from tasks.processes import recur_argv, spawn
+    from tests.support.processes import recur_argv, spawn
 
     due = seed(rows, LEAD_SECONDS)
     env = {**os.environ, **benv.ENV, "RECUR_DATABASE_URL": PG_URL,

@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.private_env import PrivateEnv, pg
 from bench.results_io import write_result
-from scheduler.callargs import decode_call
+from scheduler.wire import decode_call
 
 ENVIRONMENT = PrivateEnv("seed").activate()
 SCHEMA = ENVIRONMENT.schema

@@ -245,7 +245,7 @@ def costs(store: Any) -> dict[str, Any]:
 def drain_rate(store: Any, rows: int = 10_000) -> int:
     """The scheduler's dispatch of ``rows`` due rows into the bench vhost's queue."""
     from bench.bench_scheduler import purge
-    from config.buckets import BUCKETS_BY_NAME
+    from config.buckets_in_use import BUCKETS_BY_NAME
     from config.settings import settings
     from routing.queues import TASK_EXCHANGE
     from scheduler.drain import Scheduler

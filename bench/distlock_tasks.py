@@ -13,10 +13,10 @@ from typing import Any
 from celery.signals import task_postrun, task_prerun, task_received
 
 from config.settings import settings
+from routing.redis_client import get_redis
 from tasks.app import app
 from tasks.base import MessageTask
 from tasks.distlock import user_lock
-from tasks.redis_conn import get_redis
 
 
 def runs_key() -> str:

@@ -72,8 +72,8 @@ class PrivateEnv:
         """Create the vhost (with the bucket queues) and the migrated schema."""
         from config.settings import settings
         from routing.queues import declare_topology
-        from scheduler.engine import make_engine
-        from scheduler.migrate import upgrade
+        from scheduler.store.connection import make_engine
+        from scheduler.store.migrate import upgrade
         from tasks.app import app
 
         rabbitmqctl("add_vhost", self.vhost)

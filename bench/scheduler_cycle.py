@@ -23,7 +23,7 @@ WARMUP = 5.0
 
 def start_worker(log_dir: Path) -> Any:
     from tasks.app import app
-    from tasks.processes import spawn, wait_for_worker
+    from tests.support.processes import spawn, wait_for_worker
 
     node = f"bench-{benv.RUN}@{socket.gethostname()}"
     celery = str(Path(os.sys.executable).parent / "celery")
@@ -38,7 +38,7 @@ def start_worker(log_dir: Path) -> Any:
 def counted_rate(seconds: float) -> dict[str, float]:
     """Runs per second counted over ``seconds`` after a warm-up."""
     from bench.scheduler_tasks import runs_key
-    from tasks.redis_conn import get_redis
+    from routing.redis_client import get_redis
 
     time.sleep(WARMUP)
     before, t0 = int(get_redis().get(runs_key()) or 0), time.monotonic()
@@ -58,7 +58,7 @@ def messages(task: str, count: int) -> list[Any]:
 
 
 def ours(seconds: float, log_dir: Path) -> dict[str, float]:
-    from tasks.processes import recur_argv, spawn
+    from tests.support.processes import recur_argv, spawn
 
     benv.pg(f"TRUNCATE {benv.SCHEMA}.due_jobs")
     from scheduler.store import DueStore, Job
@@ -97,7 +97,7 @@ def plain(seconds: float, log_dir: Path) -> dict[str, float]:
 
 
 def cycle(seconds: float) -> dict[str, Any]:
-    from bench.bench_scheduler import purge
+    purge = benv.purge
 
     log_dir = Path(tempfile.mkdtemp(prefix="recur-bench-cycle-"))
     mine = ours(seconds, log_dir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.private_env import PrivateEnv, pg
-from scheduler.callargs import encode_call
+from scheduler.wire import encode_call
 
 ENVIRONMENT = PrivateEnv("sched").activate(RECUR_WORK_SCALE="0")
 RUN = ENVIRONMENT.run
@@ -21,8 +21,16 @@ BROKER_URL = ENVIRONMENT.broker_url
 ENV = ENVIRONMENT.environment(RECUR_WORK_SCALE="0")
 ROOT = Path(__file__).resolve().parents[1]
 setup = ENVIRONMENT.setup
-__all__ = ["BROKER_URL", "ENV", "PG_URL", "ROOT", "RUN", "SCHEMA", "VHOST", "pg", "seed_sql",
-           "setup", "teardown"]
+__all__ = ["BROKER_URL", "ENV", "PG_URL", "ROOT", "RUN", "SCHEMA", "VHOST", "pg", "purge",
+           "seed_sql", "setup", "teardown"]
+
+
+def purge(queue: str = "short") -> None:
+    """Empty a bucket queue of the bench vhost between two contenders."""
+    from tasks.app import app
+
+    with app.connection_for_write() as conn, conn.channel() as channel:
+        channel.queue_purge(queue)
 
 
 def teardown() -> None:
@@ -38,7 +46,7 @@ def seed_sql(count: int, bucket: str, due_sql: str, task: str = "tasks.process_m
 
     Each is a message of one of 100,000 users (UUIDs, as recur's users are)
     whose payload says it recurs every ``every`` seconds, with ``args`` in the
-    stored form ``scheduler.callargs.encode_call`` writes (the message's id
+    stored form ``scheduler.wire.encode_call`` writes (the message's id
     and bucket are the row's job_key and bucket).
     """
     user = "@user@"

@@ -7,9 +7,9 @@ from typing import Any
 from celery import Task
 
 from config.settings import settings
+from routing.redis_client import get_redis
 from tasks.app import app
 from tasks.base import MessageTask
-from tasks.redis_conn import get_redis
 
 
 def runs_key() -> str:

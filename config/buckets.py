@@ -2,10 +2,10 @@
 
 A bucket is a class of work by execution time. Each has its own queue and its
 own workers so short work never waits behind long work. The table in use is
-:func:`bucket_table`: the built-in one below, or the TOML file a user owns
-(``RECUR_BUCKETS_FILE``, see :mod:`config.bucketfile`). Everything else
-(routing, queue declarations, worker profiles, the scheduler, status, the seed
-job, the demo) reads the table through that one accessor.
+:func:`config.buckets_in_use.bucket_table`: the built-in one below, or the TOML
+file a user owns (``RECUR_BUCKETS_FILE``, see :mod:`config.bucketfile`).
+Everything else (routing, queue declarations, worker profiles, the scheduler,
+status, the seed job, the demo) reads the table through that one accessor.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Literal
 
 Pool = Literal["prefork", "threads", "solo"]
 POOLS: tuple[str, ...] = ("prefork", "threads", "solo")
@@ -104,22 +104,3 @@ BUILTIN = BucketTable(
 
 #: Default message kinds of the built-in table; RECUR_KINDS adds or overrides.
 DEFAULT_KINDS: Mapping[str, str] = BUILTIN.kinds
-
-
-def bucket_table() -> BucketTable:
-    """The table in use: the process settings' (RECUR_BUCKETS_FILE, else built-in)."""
-    from config.settings import settings
-
-    return settings().buckets
-
-
-def __getattr__(name: str) -> Any:
-    """``BUCKETS``, ``BUCKETS_BY_NAME``, ``BUCKETS_BY_QUEUE``: the configured table's,
-    for code written before the table became configurable (prefer bucket_table())."""
-    if name == "BUCKETS":
-        return bucket_table().buckets
-    if name == "BUCKETS_BY_NAME":
-        return bucket_table().by_name
-    if name == "BUCKETS_BY_QUEUE":
-        return bucket_table().by_queue
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from config.settings import Settings
+    from config.settings_fields import Settings
 
 
 class Verdict(Enum):

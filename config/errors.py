@@ -1,11 +1,52 @@
-"""Every exception recur raises, under one base class.
+"""Every exception recur raises, under one base class, and how an error is reported.
 
 Callers catch these, never the driver's (SQLAlchemy, redis-py, kombu): code that
 talks to a service wraps its errors with ``raise X(...) from exc``. A class's
-docstring is its default message.
+docstring is its default message. A driver error that escaped anyway is named by
+its service (:func:`driver_service`); :func:`one_line` is the line a command that
+failed prints after ``recur:``, URLs masked.
 """
 
 from __future__ import annotations
+
+from config.redact import masked
+
+#: Exit code of a command that failed with one of our errors (click uses 2 for usage too).
+EXIT_ERROR = 2
+
+#: (a driver's base error class, the service it names), one entry per driver, added by
+#: that driver's boundary module (``register_driver``) when it is imported: the one
+#: place a driver's errors are recognised, without this module importing any driver.
+_DRIVERS: list[tuple[type[BaseException], str]] = []
+
+
+def register_driver(error: type[BaseException], service: str) -> None:
+    """Name ``service`` as where ``error`` (a driver's base class) comes from; called once
+    by the module that translates that driver's errors at its boundary."""
+    if (error, service) not in _DRIVERS:
+        _DRIVERS.append((error, service))
+
+
+def driver_service(exc: BaseException) -> str | None:
+    """Which service a driver's error came from (None: not a registered driver's error)."""
+    for error, service in _DRIVERS:
+        if isinstance(exc, error):
+            return service
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return "connection"
+    return None
+
+
+def one_line(exc: BaseException) -> str | None:
+    """The line an error is reported as, or None when it is not ours to report (a bug)."""
+    if isinstance(exc, RecurError):
+        text = str(exc)
+    else:
+        service = driver_service(exc)
+        if service is None:
+            return None
+        text = f"{service}: {type(exc).__name__}: {exc}"
+    return masked(" ".join(text.split())) or type(exc).__name__
 
 
 class RecurError(Exception):

@@ -11,7 +11,7 @@ key                                    type    holds
 ``<prefix>:celery-task-meta-<id>``     string  Celery's stored failure of task <id>
 ``<prefix>:reseq:destinations``        set     destinations the resequencer has seen
 ``<prefix>:reseq:{<d>}:<part>``        (many)  destination <d>'s resequencer state: see
-                                               ``reseq`` and routing/lua/*.lua
+                                               ``reseq`` and routing/reseq/lua/*.lua
 ``<prefix>:reseq:{<d>}:outage``        hash    destination <d>'s outage (TTL): see
                                                ``reseq_outage``
 ``<prefix>:lock:{<u>}:<part>``         (many)  user <u>'s lock, order and parked jobs:

@@ -1,7 +1,7 @@
 """Secrets inside configuration values: the one masker, and the placeholder check.
 
 Every line recur prints or logs that may hold a URL goes through :func:`masked`
-(``config.entry`` for errors, ``config.settings`` for bad settings and
+(``config.errors`` for errors, ``config.settings`` for bad settings and
 ``recur settings``). It finds a URL's password in each form a driver accepts:
 ``user:pass@host``, ``:pass@host``, ``?password=…``/``&password=…`` (and
 ``token``, ``secret``, ``api_key``, …), and in lists of URLs (``,``/``;``

@@ -10,16 +10,14 @@ queues for short countdowns.
 
 from __future__ import annotations
 
-import contextlib
-from dataclasses import dataclass
 from typing import Any
 
-from amqp.exceptions import NotFound
 from kombu import Connection, Exchange, Queue
 
-from config.buckets import Bucket, bucket_table
-from config.errors import BrokerUnavailable
+from config.buckets import Bucket
+from config.buckets_in_use import bucket_table
 from config.settings import Settings
+from routing.broker import QueueStats
 
 TASK_EXCHANGE = Exchange("recur.tasks", type="topic", durable=True)
 DEAD_EXCHANGE = Exchange("recur.dead", type="topic", durable=True)
@@ -75,58 +73,9 @@ def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
     return names
 
 
-def queue_depth(connection: Connection, name: str) -> int:
-    """Messages ready in queue ``name`` (passive declare: never creates it)."""
-    with connection.channel() as channel:
-        _, count, _ = channel.queue_declare(queue=name, passive=True)
-    return int(count)
-
-
-@dataclass(frozen=True)
-class QueueStats:
-    """What the broker says of one queue: messages ready and consumers attached."""
-
-    name: str
-    messages: int
-    consumers: int
-
-
 def all_queue_names() -> list[str]:
     """Every work and dead-letter queue recur declares, in bucket-table order."""
     return [name for b in (*bucket_table().buckets, OUTBOUND) for name in (b.queue, b.dead_queue)]
-
-
-def inspect_queues(broker_url: str, names: list[str]) -> dict[str, QueueStats | None]:
-    """Depth and consumers of each queue (None: not declared), on one short connection.
-
-    A passive declare of a missing queue closes its channel (404), so each queue
-    gets its own channel; the connection survives. Never creates a queue.
-    """
-    found: dict[str, QueueStats | None] = {}
-    conn = Connection(broker_url, connect_timeout=5)
-    try:
-        try:
-            conn.connect()
-        except Exception as exc:  # kombu raises whatever its transport raised
-            raise BrokerUnavailable(f"broker {conn.as_uri()}: cannot connect: "
-                                    f"{type(exc).__name__}: {exc}") from exc
-        for name in names:
-            channel = conn.channel()
-            try:
-                _, messages, consumers = channel.queue_declare(queue=name, passive=True)
-            except NotFound:
-                found[name] = None
-                continue
-            except (*conn.connection_errors, *conn.channel_errors) as exc:
-                raise BrokerUnavailable(f"broker {conn.as_uri()}: cannot read queue {name}: "
-                                        f"{exc}") from exc
-            found[name] = QueueStats(name, int(messages), int(consumers))
-            with contextlib.suppress(*conn.connection_errors, *conn.channel_errors):
-                channel.close()
-    finally:
-        with contextlib.suppress(Exception):
-            conn.release()
-    return found
 
 
 def missing_queues_line(found: dict[str, QueueStats | None]) -> str | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from celery import current_app
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.errors import InvalidMessage
 from routing.messages import validate_message
 

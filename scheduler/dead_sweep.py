@@ -15,7 +15,6 @@ ended stay. Copies it keeps go back to the queue when its channel closes.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import Counter
@@ -24,15 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from config.buckets import Bucket
-from config.errors import BrokerUnavailable
+from routing.broker import broker_errors, close_channel
 from routing.deadletter import reason_of
-from scheduler.calls import Dispatch, dispatch_in, utcnow
+from scheduler.calls import utcnow
 from scheduler.dead_verdict import REMOVED, Verdict, verdict
 from scheduler.metrics import DEAD_COPIES
-from scheduler.publisher import BROKER_ERRORS, ConfirmingPublisher
+from scheduler.publisher import ConfirmingPublisher
 from scheduler.set_aside import Caught
 from scheduler.store import DueStore
-from scheduler.store_dead import DeadCopies
+from scheduler.store.dead import DeadCopies
+from scheduler.wire import Dispatch, dispatch_in
 
 log = logging.getLogger("recur.scheduler")
 
@@ -89,20 +89,24 @@ class DeadSweep:
         """Judge up to SCAN_LIMIT copies of ``bucket``'s ``.dead`` queue."""
         channel = self.publisher.channel()
         try:
-            copies = self._read(channel, bucket.dead_queue)
-            rows = DeadCopies(self.store).rows({c.job_key for _, _, c in copies if c})
-            counts: Counter[Verdict] = Counter()
-            for raw, reason, copy in copies:
-                judged = verdict(reason, copy, rows.get(copy.job_key) if copy else None)
-                judged = self._act(judged, copy, bucket)
-                if judged in REMOVED:
-                    channel.basic_ack(raw.delivery_tag)
-                counts[judged] += 1
-        except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker: cannot read {bucket.dead_queue}: {exc}") from exc
+            with broker_errors(f"broker: cannot read {bucket.dead_queue}"):
+                counts = self._judge(channel, bucket)
         finally:
-            self._close(channel)  # the copies not acknowledged go back, in order
+            close_channel(channel)  # the copies not acknowledged go back, in order
         self._report(bucket, counts)
+        return counts
+
+    def _judge(self, channel: Any, bucket: Bucket) -> Counter[Verdict]:
+        """Read the copies and act on each one's verdict; a removed one is acknowledged."""
+        copies = self._read(channel, bucket.dead_queue)
+        rows = DeadCopies(self.store).rows({c.job_key for _, _, c in copies if c})
+        counts: Counter[Verdict] = Counter()
+        for raw, reason, copy in copies:
+            judged = verdict(reason, copy, rows.get(copy.job_key) if copy else None)
+            judged = self._act(judged, copy, bucket)
+            if judged in REMOVED:
+                channel.basic_ack(raw.delivery_tag)
+            counts[judged] += 1
         return counts
 
     @staticmethod
@@ -143,11 +147,6 @@ class DeadSweep:
             log.warning("job %s: its last delivery died too (%s): dead-lettered to %s",
                         copy.job_key, reason, bucket.dead_queue)
         return judged
-
-    @staticmethod
-    def _close(channel: Any) -> None:
-        with contextlib.suppress(*BROKER_ERRORS):  # broken: the broker returns them itself
-            channel.close()
 
     @staticmethod
     def _report(bucket: Bucket, counts: Counter[Verdict]) -> None:

@@ -4,7 +4,7 @@ A scheduler-dispatched copy carries its dispatch (job key, token, lease
 stamp). Its row says whether that dispatch is still the job's live one and
 whether a worker ever moved its lease: a failed run moves it (5 s, so the job
 comes back soon) and the last delivery a quorum queue allows moves it before
-it runs (scheduler/calls.py ``last_chance``). So:
+it runs (tasks/settle.py ``last_chance``). So:
 
 - row gone, or no dispatch header: KEEP, the record of a job that ended;
 - a later dispatch, or scheduled again: DROP, the live dispatch decides;
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
-from scheduler.calls import Dispatch, micros
-from scheduler.schema import DISPATCHED
+from scheduler.store.schema import DISPATCHED
+from scheduler.wire import Dispatch, micros
 
 #: The broker's x-death reason of a copy returned more often than the queue allows.
 DELIVERY_LIMIT = "delivery_limit"

@@ -15,48 +15,28 @@ batch in hand, then stops.
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from types import FrameType
 
 from config.buckets import Bucket
 from config.errors import ConfigError, ServiceUnavailable
 from config.settings import Settings
 from scheduler.calls import utcnow
 from scheduler.dead_sweep import DeadSweep
-from scheduler.fill_lock import FillLocks
-from scheduler.periodic import PeriodicEntry, entries_from_beat
+from scheduler.lanes import Budget, Lane
+from scheduler.outages import Backoff
+from scheduler.periodic import PeriodicEntry
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.set_aside import Caught, UnknownBuckets
 from scheduler.store import DueStore
-from scheduler.store_aside import AsideRows
-from scheduler.store_control import JobControl
+from scheduler.store.aside import AsideRows
+from scheduler.store.control import JobControl
+from scheduler.store.fill_lock import FillLocks
 from scheduler.summary import Summary
 
 log = logging.getLogger("recur.scheduler")
-
-#: Longest wait between two reconnect attempts: a service back after an outage is
-#: seen within this (and every connection is renewed at once), so the drain
-#: resumes within about two seconds of it.
-MAX_BACKOFF = 2.0
-
-
-@dataclass
-class Backoff:
-    """Doubling waits between reconnect attempts, reset by any step that worked."""
-
-    first: float = 0.25
-    current: float = 0.0
-
-    def next(self) -> float:
-        self.current = min(MAX_BACKOFF, self.current * 2 if self.current else self.first)
-        return self.current
-
-    def reset(self) -> None:
-        self.current = 0.0
 
 
 def check_watermarks(cfg: Settings) -> None:
@@ -294,77 +274,3 @@ class Scheduler:
             if got + set_aside < want:  # a row set aside still came from the room
                 lane.budget.finish()
         return sent
-
-
-@dataclass(frozen=True)
-class Lane:
-    """What every lane of one dispatch shares."""
-
-    bucket: Bucket
-    budget: Budget
-    now: datetime
-    lease_until: datetime
-    early: bool
-    cap: int | None
-
-
-class Budget:
-    """The room the lanes of one dispatch share: never more than ``room`` rows."""
-
-    def __init__(self, room: int) -> None:
-        self.left = room
-        self._lock = threading.Lock()
-
-    def take(self, batch: int) -> int:
-        """Rows for the next batch (0: the room is used, or rows ran out)."""
-        with self._lock:
-            want = min(batch, self.left)
-            self.left -= want
-            return want
-
-    def finish(self) -> None:
-        """A batch came back short: nothing more is due, stop every lane."""
-        with self._lock:
-            self.left = 0
-
-
-def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
-    """Open the store, waiting out a database that is down (None if stopped first)."""
-    backoff = Backoff()
-    while not stopping.is_set():
-        try:
-            return DueStore.open(cfg.database_url)
-        except ServiceUnavailable as exc:
-            wait = backoff.next()
-            log.warning("%s; retrying in %.1fs", exc, wait)
-            stopping.wait(wait)
-    return None
-
-
-def run_scheduler(cfg: Settings) -> None:
-    """``recur scheduler``: run until SIGTERM/SIGINT, finishing the batch in hand."""
-    from routing.queues import TASK_EXCHANGE, declare_topology
-    from tasks.redis_check import check_redis_at_start
-
-    check_watermarks(cfg)
-    check_redis_at_start(cfg, "scheduler")  # the deployment's Redis (tasks/redis_check.py)
-    stopping = threading.Event()
-
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after the batch in hand", signal.Signals(signum).name)
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    store = open_store(cfg, stopping)
-    if store is None:
-        return
-    from tasks.app import app
-
-    publisher = ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name,
-                                    on_connect=lambda conn: declare_topology(conn, cfg))
-    periodic = entries_from_beat(app.conf.beat_schedule or {}, cfg)
-    try:
-        Scheduler(store, publisher, cfg, stopping, periodic).run()
-    finally:
-        store.close()

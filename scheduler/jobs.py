@@ -1,6 +1,6 @@
 """Job control: the Python API behind ``recur jobs …`` and ``recur bucket pause|resume``.
 
-Everything goes through the store (``scheduler/store_control.py`` holds the
+Everything goes through the store (``scheduler/store/control.py`` holds the
 SQL), so it works with any number of schedulers and workers running:
 
 - :func:`cancel` deletes a job's row. A scheduled job never runs. A
@@ -20,21 +20,19 @@ Bad input raises :class:`InvalidArgument` (or :class:`UnknownJob`,
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
+from config.durations import duration_seconds
 from config.errors import InvalidArgument, JobInFlight, UnknownJob
 from scheduler.store import DueStore
-from scheduler.store_control import STATES, JobControl, JobFilter, JobRow, Page, decode_cursor
+from scheduler.store.control import STATES, JobControl, JobFilter, JobRow, Page, decode_cursor
 
 #: Largest page of ``recur jobs list``.
 MAX_PAGE = 1000
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 
 
 @contextmanager
@@ -49,15 +47,11 @@ def control(url: str) -> Iterator[JobControl]:
 
 def parse_duration(text: str) -> timedelta:
     """``90``, ``90s``, ``10m``, ``1h30m``, ``2d``, ``1w`` → a positive timedelta."""
-    raw = text.strip().lower()
     try:
-        seconds = float(raw)
+        seconds = duration_seconds(text)
     except ValueError:
-        parts = _DURATION.findall(raw)
-        if not parts or "".join(n + u for n, u in parts) != raw:
-            raise InvalidArgument(f"bad duration {text!r}: give e.g. 90s, 10m, 1h30m, 2d"
-                                  ) from None
-        seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+        raise InvalidArgument(f"bad duration {text!r}: give e.g. 90s, 10m, 1h30m, 2d"
+                              ) from None
     if not 0 < seconds <= 3650 * 86400:
         raise InvalidArgument(f"bad duration {text!r}: must be more than 0 and at most "
                               "10 years")

@@ -5,7 +5,9 @@ nothing wrong: rejecting its message spends one of its deliveries (a quorum
 queue redelivers at once and dead-letters after ``max_deliveries``), so a
 blip of the database would dead-letter every message in flight. Instead the
 store call is retried with a short doubling backoff for a bounded time; only
-when that budget is spent does the caller hand the message back.
+when that budget is spent does the caller hand the message back. The
+scheduler process rides out an outage of its own connections the same way,
+with :class:`Backoff` between its reconnect attempts.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.errors import ServiceUnavailable
 from config.settings import Settings
 
@@ -60,3 +63,24 @@ def ride_out(what: str, call: Callable[[], T], budget: float,
         if tries:
             log.info("%s: succeeded after %d failed tries", what, tries)
         return result
+
+
+#: Longest wait between two reconnect attempts: a service back after an outage is
+#: seen within this (and every connection is renewed at once), so the drain
+#: resumes within about two seconds of it.
+MAX_BACKOFF = 2.0
+
+
+@dataclass
+class Backoff:
+    """Doubling waits between reconnect attempts, reset by any step that worked."""
+
+    first: float = 0.25
+    current: float = 0.0
+
+    def next(self) -> float:
+        self.current = min(MAX_BACKOFF, self.current * 2 if self.current else self.first)
+        return self.current
+
+    def reset(self) -> None:
+        self.current = 0.0

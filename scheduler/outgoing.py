@@ -14,9 +14,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.errors import InvalidMessage
 from scheduler import frames
 from scheduler.bounds import Limits, row_problem
@@ -28,12 +27,10 @@ from scheduler.refusals import (
     unknown_bucket_reason,
 )
 from scheduler.store import Claimed
-
-if TYPE_CHECKING:
-    from scheduler.publisher import TaskMessage
+from scheduler.task_message import TaskMessage
 
 #: Builds a row's message (a task message, or a dead letter).
-Build = Callable[[Claimed], "TaskMessage"]
+Build = Callable[[Claimed], TaskMessage]
 #: (exchange, routing key) of a row's message; None: its bucket is not in the table.
 Route = tuple[str, str] | None
 #: Bytes of a frame's own header and end marker (type, channel, size; 0xCE).

@@ -21,7 +21,7 @@ from config.settings import Settings
 from routing.messages import validate_message
 from routing.recurrence import MAX_EVERY
 from scheduler.bounds import Limits, check_job_key
-from scheduler.callargs import encode_call, message_of
+from scheduler.wire import encode_call, message_of
 
 EVERY, CRON = "every", "cron"
 

@@ -7,97 +7,38 @@ round trip is paid per batch, not per message. Messages are persistent and
 ``mandatory``: a message no queue takes comes back and fails the batch
 instead of vanishing. A row whose message cannot be built or is refused by
 the broker on its own is returned as refused (scheduler/refusals.py), for the
-store to set aside, without failing the batch or the connection.
+store to set aside, without failing the batch or the connection. It is recur's
+one confirm-batching publisher: the seed's broker sink (spark/publish.py) sends
+its plain messages through it too; broker errors are translated by
+routing/broker.py.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import socket
 import time
-import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import amqp
 from kombu import Connection
 
-from config import signing
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.errors import BrokerUnavailable
 from config.settings import settings
+from routing.broker import broker_errors, queue_stats, release
 from routing.queues import DEAD_EXCHANGE
 from scheduler.bounds import Limits
-from scheduler.callargs import decode_call
-from scheduler.calls import DISPATCH_HEADER, dispatch_header
 from scheduler.metrics import BROKER_CONNECTIONS
 from scheduler.outgoing import Build, Framing, Outgoing, Route
 from scheduler.refusals import BROKER_REFUSED, Published, Refusal
 from scheduler.store import Claimed
+from scheduler.task_message import TaskMessage, dead_message, task_message
 
-#: Celery protocol 2 "embed" part: no callbacks, errbacks, chain or chord.
-EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
-BROKER_ERRORS = (OSError, amqp.exceptions.AMQPError, socket.timeout)
 #: Channel-close codes that refuse one message, not the service: PRECONDITION_FAILED
 #: (e.g. larger than the broker's max_message_size) and CONTENT_TOO_LARGE.
 REFUSAL_CODES = frozenset({406, 311})
-
-
-@dataclass(frozen=True)
-class TaskMessage:
-    """A Celery (protocol 2) task message for one claimed row."""
-
-    task_id: str
-    body: bytes
-    headers: dict[str, Any]
-
-    def as_amqp(self) -> amqp.Message:
-        """The same message for py-amqp (used when it is too big for one frame)."""
-        return amqp.Message(self.body, content_type="application/json",
-                            content_encoding="utf-8", application_headers=self.headers,
-                            delivery_mode=2, correlation_id=self.task_id)
-
-
-def task_message(row: Claimed) -> TaskMessage:
-    """The task message for ``row``, carrying its job key, token and lease stamp."""
-    args, kwargs, retries = decode_call(row.args, row.job_key, row.bucket)
-    task_id = str(uuid.uuid4())
-    # Only the headers a Celery worker requires (it defaults the others): every
-    # header costs encoding time on the hot path.
-    headers: dict[str, Any] = {
-        "task": row.task, "id": task_id,
-        DISPATCH_HEADER: dispatch_header(row.job_key, row.token, row.lease_until, row.due_at),
-    }
-    signing.sign(headers, settings().signing_key)  # RECUR_SIGNING_KEY; none: unsigned
-    if retries:
-        headers["retries"] = retries
-    body = json.dumps([args, kwargs, EMBED], separators=(",", ":")).encode()
-    return TaskMessage(task_id, body, headers)
-
-
-#: Headers of a job the scheduler dead-lettered: why, and which job it was.
-REASON_HEADER = "x-recur-reason"
-JOB_HEADER = "x-recur-job"
-
-
-def dead_message(row: Claimed, reason: str | None = None) -> TaskMessage:
-    """The dead-letter copy of a poison job: a plain task message (no dispatch
-    header), so a replayed copy runs as an ordinary message and a recurring
-    one re-creates its row when it reschedules itself. ``reason`` defaults to
-    the lease path's (the row's attempts)."""
-    args, kwargs, retries = decode_call(row.args, row.job_key, row.bucket)
-    task_id = str(uuid.uuid4())
-    headers: dict[str, Any] = {
-        "task": row.task, "id": task_id, JOB_HEADER: row.job_key,
-        REASON_HEADER: reason or f"lease expired {row.attempts} times",
-    }
-    if retries:
-        headers["retries"] = retries
-    body = json.dumps([args, kwargs, EMBED], separators=(",", ":")).encode()
-    return TaskMessage(task_id, body, headers)
 
 
 class ConfirmingPublisher:
@@ -134,7 +75,7 @@ class ConfirmingPublisher:
     def connect(self) -> None:
         """(Re)connect: open the confirm channel and the depth channel."""
         self.close()
-        try:
+        with broker_errors(f"broker {self._safe_url()}: cannot connect"):
             self._kombu = Connection(self.broker_url, connect_timeout=5)
             self._kombu.connect()
             self._raw = self._kombu.connection
@@ -146,17 +87,13 @@ class ConfirmingPublisher:
             self._info = self._raw.channel()
             if self.on_connect is not None:
                 self.on_connect(self._kombu)
-        except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker {self._safe_url()}: cannot connect: {exc}") from exc
         BROKER_CONNECTIONS.inc()
         self._tag = 0
         self._pending.clear()
 
     def close(self) -> None:
         if self._kombu is not None:
-            # Closing a connection that already broke: nothing is left to release.
-            with contextlib.suppress(*BROKER_ERRORS):
-                self._kombu.release()
+            release(self._kombu)  # one that already broke has nothing left to release
         self._kombu = self._raw = self._pub = self._info = None
 
     def _safe_url(self) -> str:
@@ -166,11 +103,8 @@ class ConfirmingPublisher:
         """Messages ready in ``queue``."""
         if self._info is None:
             self.connect()
-        try:
-            _, count, _ = self._info.queue_declare(queue=queue, passive=True)
-        except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker: cannot read the depth of {queue}: {exc}") from exc
-        return int(count)
+        with broker_errors(f"broker: cannot read the depth of {queue}"):
+            return queue_stats(self._info, queue).messages
 
     def publish(self, rows: list[Claimed]) -> Published | None:
         """Publish ``rows`` to their bucket queues; return once the broker confirmed all
@@ -191,10 +125,8 @@ class ConfirmingPublisher:
         """A new plain channel on this connection (the dead-letter sweep reads with it)."""
         if self._raw is None:
             self.connect()
-        try:
+        with broker_errors("broker: cannot open a channel"):
             return self._raw.channel()
-        except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker: cannot open a channel: {exc}") from exc
 
     def _framing(self) -> Framing:
         if self._pub is None:
@@ -213,8 +145,9 @@ class ConfirmingPublisher:
         self._publish_items(items, out)
         return out or None
 
-    def _publish_all(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
-        """Publish bare messages (no rows behind them: any refusal fails the batch)."""
+    def publish_messages(self, messages: list[tuple[str, str, TaskMessage]]) -> None:
+        """Publish bare ``(exchange, routing key, message)`` triples (no rows behind them:
+        any refusal fails the batch); return once the broker confirmed all."""
         framing, items = self._framing(), []
         for exchange, routing_key, msg in messages:
             item = framing.encode(exchange, routing_key, msg)
@@ -226,11 +159,8 @@ class ConfirmingPublisher:
     def _publish_items(self, items: list[Outgoing], out: Published) -> None:
         if not items:
             return
-        try:
+        with broker_errors(f"broker: publishing {len(items)} messages failed"):
             self._confirm(items, out)
-        except BROKER_ERRORS as exc:
-            raise BrokerUnavailable(f"broker: publishing {len(items)} messages failed: "
-                                    f"{exc}") from exc
 
     def _confirm(self, items: list[Outgoing], out: Published) -> None:
         """Send ``items`` and wait for their confirms; isolate a refused one."""

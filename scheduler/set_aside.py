@@ -1,7 +1,7 @@
 """One bad row never costs a bucket anything: the scheduler's side of setting rows aside.
 
 A row whose message the broker cannot take is set aside by the dispatch that
-claimed it (scheduler/store.py), in the same transaction that marks the rest
+claimed it (scheduler/store/core.py), in the same transaction that marks the rest
 of its batch dispatched: it costs no reconnect, no retry loop, and is never
 claimed again. :class:`Caught` keeps what a publish refused, to report it
 (a WARNING naming the rows, ``recur_scheduler_set_aside_total``) once the
@@ -23,7 +23,7 @@ from typing import Any
 from scheduler.metrics import SET_ASIDE
 from scheduler.refusals import UNKNOWN_BUCKET, Published, Refusal, unknown_bucket_reason
 from scheduler.store import Claimed, refused_rows
-from scheduler.store_aside import AsideRows
+from scheduler.store.aside import AsideRows
 
 log = logging.getLogger("recur.scheduler")
 

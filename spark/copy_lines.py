@@ -1,14 +1,16 @@
 """COPY text lines of due-jobs rows, built from Arrow columns in the Python worker.
 
 Spark hands the loader the checked rows' columns; the line
-``key<TAB>task code<TAB>bucket<TAB>args<TAB>due\\n`` (``store_bulk.copy_line``)
+``key<TAB>task code<TAB>bucket<TAB>args<TAB>due\\n`` (``scheduler.store.bulk.copy_line``)
 is assembled here with Arrow's vectorised string kernels. Spark's own string
 expressions allocate a new string per operation and per row; building the line
 in the JVM cost more than all of the checks together.
 
-``args`` is the store's compact form of a one-message call, as
-``scheduler.callargs.encode_call`` writes it: ``[user_id, payload]`` or
-``[user_id, payload, kind]``, the payload already compact JSON text.
+``args`` is THE row-argument format (scheduler/wire.py) of a one-message call,
+its array form ``[user_id, payload]`` or ``[user_id, payload, kind]`` (wire's
+``MESSAGE_ARRAY`` order and ``SEPARATORS``), the payload already compact JSON
+text; it is the form ``scheduler.wire.encode_call`` writes, built here a column
+at a time.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import json
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from scheduler.store_bulk import COPY_ESCAPES
+from scheduler.store.bulk import COPY_ESCAPES
+from scheduler.wire import SEPARATORS
 
 #: Columns of the store's sink frame a valid row fills (NULL in a rejected row).
 LINE_COLUMNS = ("job_key", "bucket", "user_id", "kind", "payload_text", "due_text")
@@ -47,7 +50,7 @@ def json_strings(values: pa.Array) -> pa.Array:
 
 
 def copy_escape(values: pa.Array) -> pa.Array:
-    """Each string escaped for COPY's text format (``store_bulk.copy_field``)."""
+    """Each string escaped for COPY's text format (``scheduler.store.bulk.copy_field``)."""
     if not _any(pc.fill_null(pc.match_substring_regex(values, COPY_ESCAPED), False)):
         return values
     for raw, escaped in COPY_ESCAPES:
@@ -56,9 +59,11 @@ def copy_escape(values: pa.Array) -> pa.Array:
 
 
 def args_json(user_id: pa.Array, payload_text: pa.Array, kind: pa.Array) -> pa.Array:
-    """The compact call arguments ``[user_id, payload(, kind)]`` of each row."""
-    kind_item = pc.fill_null(pc.binary_join_element_wise(",", json_strings(kind), ""), "")
-    return pc.binary_join_element_wise("[", json_strings(user_id), ",", payload_text,
+    """The compact call arguments ``[user_id, payload(, kind)]`` of each row (a NULL
+    kind is left out, as ``encode_call`` leaves out an absent one)."""
+    comma = SEPARATORS[0]
+    kind_item = pc.fill_null(pc.binary_join_element_wise(comma, json_strings(kind), ""), "")
+    return pc.binary_join_element_wise("[", json_strings(user_id), comma, payload_text,
                                        kind_item, "]", "")
 
 

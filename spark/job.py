@@ -20,9 +20,9 @@ from pyspark.sql import DataFrame, SparkSession
 
 from config.errors import RecurError, SeedInputError
 from config.settings import settings
-from scheduler.engine import is_sqlite, make_engine
-from scheduler.migrate import check_schema
-from scheduler.store_bulk import BulkSink, open_bulk, register_task
+from scheduler.store.bulk import BulkSink, open_bulk, register_task
+from scheduler.store.connection import is_sqlite, make_engine
+from scheduler.store.migrate import check_schema
 from spark.extract import read_input
 from spark.generate import generate
 from spark.load import (

@@ -25,7 +25,7 @@ from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from scheduler.store_bulk import BulkResult, BulkSink, PostgresBulk
+from scheduler.store.bulk import BulkResult, BulkSink, PostgresBulk
 from spark.copy_lines import LINE_COLUMNS, args_json, due_lines
 from spark.transform import REJECT_COLUMNS, TASK, first_due
 

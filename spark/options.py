@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import argparse
-import re
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from config.durations import duration_seconds
 from config.settings import settings
 from spark.extract import FORMATS
 
-UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 SINKS = ("store", "broker")
 
 
 def parse_duration(text: str) -> float:
     """Seconds of ``90``, ``90s``, ``15m``, ``2h`` or ``1d``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not match:
+    try:
+        seconds = duration_seconds(text, units="smhd")
+    except ValueError:
+        seconds = math.nan  # refused below, as a negative or infinite one is
+    if not 0 <= seconds < math.inf:
         raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 90s, 15m, 2h or 1d")
-    return float(match[1]) * UNITS[match[2] or "s"]
+    return seconds
 
 
 def parse_start(text: str) -> datetime:

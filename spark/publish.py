@@ -1,11 +1,11 @@
 """``--sink broker``: publish seeded messages as Celery tasks, in confirmed batches.
 
-One broker connection per sink (the seed job opens one per partition).
-Messages go out through Celery's ``apply_async`` with one shared producer, so
-routing and validation are Celery's own; but instead of waiting for the
-broker's confirm after every message (the app's ``confirm_publish``), the
-channel is put in confirm mode once and a batch waits for all its confirms
-together: ``load`` returns only when the broker holds every message of it.
+One broker connection per sink (the seed job opens one per partition), through
+the scheduler's confirm-batching publisher (scheduler/publisher.py): a batch is
+put on a confirm-mode channel and waits once for all its confirms, so ``load``
+returns only when the broker holds every message of it. Each message is checked
+and routed as ``apply_async`` does it (its schedule, the message contract, its
+bucket's queue) and goes out as a plain task message of ``tasks.process_message``.
 """
 
 from __future__ import annotations
@@ -15,67 +15,45 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from kombu.exceptions import OperationalError
-
-from config.errors import BrokerUnavailable
-from scheduler.store_bulk import BulkResult
+from config.settings import settings
+from routing.queues import TASK_EXCHANGE, declare_topology
+from routing.recurrence import check_call
+from routing.router import queue_for_message
+from scheduler.publisher import ConfirmingPublisher
+from scheduler.store.bulk import BulkResult
+from scheduler.task_message import TaskMessage, plain_message
+from spark.transform import TASK
 
 CONFIRM_TIMEOUT = 60.0
 
 
-class Confirms:
-    """Counts the broker's publisher confirms on one channel (in confirm mode)."""
-
-    def __init__(self, channel: Any) -> None:
-        self.channel = channel
-        self.acked = 0
-        self.nacked = 0
-        channel.events["basic_ack"].add(self._ack)
-        channel.events["basic_nack"].add(self._nack)
-        channel.confirm_select()
-
-    def _ack(self, tag: int, multiple: bool) -> None:
-        self.acked = max(self.acked, tag)
-
-    def _nack(self, tag: int, multiple: bool) -> None:
-        self.nacked += 1
-
-    def wait(self, published: int, timeout: float = CONFIRM_TIMEOUT) -> None:
-        """Block until the broker confirmed the first ``published`` messages."""
-        while self.acked < published and not self.nacked:
-            self.channel.connection.drain_events(timeout=timeout)
-        if self.nacked:
-            raise BrokerUnavailable(f"the broker refused {self.nacked} seeded message(s)")
+def seed_message(task: str, message: Any) -> tuple[str, str, TaskMessage]:
+    """(exchange, queue, message) of one seeded message; raises InvalidMessage (or
+    InvalidSchedule) as ``apply_async`` would, before anything is published."""
+    check_call([message], {})
+    return TASK_EXCHANGE.name, queue_for_message(message), plain_message(task, [message])
 
 
 class BrokerPublisher:
-    """Publishes the message of each due-jobs ``args`` to ``tasks.process_message``."""
+    """Publishes the message of each due-jobs ``args`` to ``task`` (``tasks.process_message``)."""
 
-    def __init__(self, broker_url: str) -> None:
-        from tasks.app import app
-        from tasks.process import process_message
-
-        self.task = process_message
-        self.conn = app.connection_for_write(broker_url,
-                                             transport_options={"confirm_publish": False})
-        try:
-            channel = self.conn.default_channel
-        except (OSError, OperationalError) as exc:
-            raise BrokerUnavailable(f"broker {self.conn.as_uri()}: {exc}") from exc
-        self.confirms = Confirms(channel)
-        self.producer = app.amqp.Producer(channel)
+    def __init__(self, broker_url: str, task: str = TASK) -> None:
+        cfg = settings()
+        self.task = task
+        self.publisher = ConfirmingPublisher(broker_url, TASK_EXCHANGE.name, CONFIRM_TIMEOUT,
+                                             on_connect=lambda conn: declare_topology(conn, cfg))
+        self.publisher.connect()  # an unreachable broker fails the sink at once
         self.published = 0
 
     def load(self, lines: Sequence[str]) -> BulkResult:
         """Publish one batch (``args`` JSON texts) and wait for its confirms."""
-        for args in lines:
-            self.task.apply_async((json.loads(args)["args"][0],), producer=self.producer)
+        self.publisher.publish_messages(
+            [seed_message(self.task, json.loads(args)["args"][0]) for args in lines])
         self.published += len(lines)
-        self.confirms.wait(self.published)
         return BulkResult(len(lines), len(lines))
 
     def close(self) -> None:
-        self.conn.release()
+        self.publisher.close()
 
     def __enter__(self) -> BrokerPublisher:
         return self

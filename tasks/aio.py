@@ -6,7 +6,7 @@ child has its own). Celery's pool thread (or process) that delivered the message
 submits the coroutine to that loop and waits for it, so everything Celery does
 around a task (late ack after the run, rejection into the dead-letter queue on
 failure, redelivery after a crash, the dispatch-token check and reschedule of
-scheduler/calls.py, ``@user_lock``) happens exactly as for a plain task; what
+tasks/settle.py, ``@user_lock``) happens exactly as for a plain task; what
 is concurrent is the waiting: with the ``threads`` pool, hundreds of tasks wait
 on the loop at once in one process (see docs/tasks.md for the measurements).
 
@@ -85,7 +85,7 @@ def limits_of(task: Any) -> Limits:
 
 def defer_write(call: Any) -> Any:
     """Inside an async task, keep ``call`` (its own job's store write, a
-    scheduler.calls.StoreCall) for the pool thread and return what ``apply_async``
+    tasks.settle.StoreCall) for the pool thread and return what ``apply_async``
     returns for it; None elsewhere (the caller writes it now)."""
     deferred = _DEFERRED.get()
     if deferred is None or call.reschedule_of is None:

@@ -12,9 +12,11 @@ from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
 from routing.recurrence import check_call
-from scheduler.calls import DISPATCH_HEADER, Dispatch, dispatch_of, run_dispatched, store_plan
+from scheduler.calls import store_plan
+from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_of
 from tasks import aio
 from tasks.distlock.runtime import numbered_at_submit
+from tasks.settle import StoreCall, live_dispatch, run_dispatched
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +64,8 @@ class MessageTask(Task):  # type: ignore[misc]
             return super().apply_async(args, kwargs, task_id, producer, link, link_error,
                                        shadow, **options)
         # inside an async task its own reschedule is written off the event loop
-        return aio.defer_write(plan) or plan.write(settings(), self.request)
+        call = StoreCall.of(plan)
+        return aio.defer_write(call) or call.write(settings(), self.request)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task; a scheduler-dispatched copy is token-checked first.
@@ -90,8 +93,7 @@ class MessageTask(Task):  # type: ignore[misc]
 
     def live_dispatch(self, delivered: Dispatch) -> Dispatch:
         """The dispatch as this run left it (its last delivery moves the lease stamp)."""
-        moved = getattr(self.request, "recur_live_dispatch", None)
-        return moved if isinstance(moved, Dispatch) else delivered
+        return live_dispatch(self.request, delivered)
 
     def hand_back(self, dispatch: Dispatch, exc: Exception) -> None:
         """Publish this message again (same dispatch header, so still the job's live

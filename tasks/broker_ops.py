@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
-from amqp.exceptions import NotFound
 from celery import Celery
+from kombu import Connection
 
-from config.errors import BrokerUnavailable
+from routing.broker import operator_session
 
 
-@contextmanager
-def broker_connection(app: Celery) -> Iterator[Any]:
-    """A connected broker connection; an unreachable or refusing broker is one
-    :class:`BrokerUnavailable` at once, not kombu's retries and traceback."""
-    conn = app.connection_for_write()
-    try:
-        try:
-            conn.ensure_connection(max_retries=1, interval_start=0, timeout=5)
-        except Exception as exc:  # kombu re-raises its transport's error types
-            raise BrokerUnavailable(f"broker {conn.as_uri()}: cannot connect: "
-                                    f"{type(exc).__name__}: {exc}") from exc
-        try:
-            yield conn
-        except NotFound as exc:
-            raise BrokerUnavailable(f"broker {conn.as_uri()}: {exc.reply_text}: run "
-                                    f"`recur topology` to declare the queues") from exc
-        except (*conn.connection_errors, *conn.channel_errors) as exc:
-            raise BrokerUnavailable(f"broker {conn.as_uri()}: {type(exc).__name__}: "
-                                    f"{exc}") from exc
-    finally:
-        conn.release()
+def broker_connection(app: Celery) -> AbstractContextManager[Connection]:
+    """The app's broker connection, connected (routing/broker.py: an unreachable or
+    refusing broker is one :class:`BrokerUnavailable` at once, not kombu's retries)."""
+    return operator_session(app.connection_for_write())
 
 
 def stored_error(app: Celery, task_id: str) -> str:

@@ -22,7 +22,9 @@ from typing import Any
 import redis
 
 from config import keys
+from config.errors import ServiceUnavailable
 from config.settings import Settings
+from routing.redis_client import redis_errors
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +53,15 @@ def record(client: redis.Redis, cfg: Settings, done: Completion) -> bool:
         "finished": done.finished,
     }
     try:
-        pipe = client.pipeline(transaction=False)
-        pipe.xadd(keys.completed(cfg.key_prefix), fields,  # type: ignore[arg-type]
-                  maxlen=cfg.completion_log_maxlen, approximate=True)
-        pipe.hincrby(keys.processed_counts(cfg.key_prefix), done.bucket, 1)
-        pipe.execute()
-    except redis.RedisError as exc:
+        with redis_errors():
+            pipe = client.pipeline(transaction=False)
+            pipe.xadd(keys.completed(cfg.key_prefix), fields,  # type: ignore[arg-type]
+                      maxlen=cfg.completion_log_maxlen, approximate=True)
+            pipe.hincrby(keys.processed_counts(cfg.key_prefix), done.bucket, 1)
+            pipe.execute()
+    except ServiceUnavailable as exc:  # "Redis: <what redis-py said>"
         log.warning("completion of %s not logged (the log is optional, the run goes on): "
-                    "Redis: %s", done.message_id, exc)
+                    "%s", done.message_id, exc)
         return False
     return True
 

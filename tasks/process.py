@@ -13,14 +13,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.settings import settings
 from routing.messages import Message
 from routing.recurrence import recurrence_of
+from routing.redis_client import get_redis
 from tasks import completions
 from tasks.app import app
 from tasks.base import MessageTask
-from tasks.redis_conn import get_redis
 
 
 def simulated_work_seconds(bucket: str) -> float:

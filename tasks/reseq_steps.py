@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from config.errors import PermanentFailure, ResultTooLarge, UnknownStep
 from config.settings import Settings, settings
-from routing.intake import step_name
+from routing.reseq.intake import step_name
 
 T = TypeVar("T")
 #: The attribute that marks a task (or its function) as a resequencer step.

@@ -8,7 +8,9 @@ in Redis, so a result is kept the moment it exists. In a batch it is a chord's h
 (results stored, as chords need) and ``tasks.resequence_batch``, the chord's
 body, hands the batch's ordered results over once more (a no-op for those
 already there). ``tasks.resequence_send`` runs on the ``outbound`` queue and
-sends a destination's ready messages in order.
+sends a destination's ready messages in order. The intake (routing/reseq/intake.py)
+is handed these tasks and the step check at import (``use_celery``): routing never
+imports tasks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import logging
 import math
 import threading
 import time
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from celery.signals import worker_process_init
@@ -26,13 +28,14 @@ from config.errors import ConfigError, PermanentFailure, RecurError
 from config.settings import settings
 from routing.messages import Message
 from routing.queues import OUTBOUND
-from routing.resequencer import Resequencer
-from routing.sender import run_sender
+from routing.redis_client import get_redis
+from routing.reseq.intake import CeleryFace, use_celery
+from routing.reseq.sender import run_sender
+from routing.reseq.state import Resequencer
 from tasks import aio
 from tasks.app import app
 from tasks.base import MessageTask
 from tasks.process import simulated_work_seconds
-from tasks.redis_conn import get_redis
 from tasks.reseq_steps import check_result, step_for
 
 log = logging.getLogger(__name__)
@@ -103,7 +106,7 @@ def hand_over(reseq: Resequencer, destination: str, seq: int, entry: dict[str, A
 def entry_of(message: Any, step: str | None, **outcome: Any) -> dict[str, Any]:
     """A buffer entry: the outcome ({"result"} or {"failed"}) with what a replay of the
     message needs if the destination refuses it (the message as submitted, the call's
-    step): the sender sets it aside with them (routing/destination_dead.py)."""
+    step): the sender sets it aside with them (routing/reseq/dead_letters.py)."""
     entry = {"id": message.get("id", "") if isinstance(message, dict) else "", **outcome}
     if isinstance(message, dict):
         entry["message"] = message
@@ -174,3 +177,6 @@ def resequence_send(destination: str) -> str:
             resequence_send.apply_async((destination,), countdown=seconds)
 
     return run_sender(reseq, destination, wake)
+
+
+use_celery(CeleryFace(resequence_process, resequence_batch, partial(step_for, load=True)))

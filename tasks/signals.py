@@ -15,9 +15,9 @@ log = logging.getLogger(__name__)
 
 @celeryd_init.connect
 def check_redis_before_consuming(**_: Any) -> None:
-    """Redis must keep parked jobs and lock state (tasks/redis_check.py): a WARNING line
+    """Redis must keep parked jobs and lock state (routing/redis_check.py): a WARNING line
     per missing setting, or with RECUR_STRICT=1 no worker (one `recur: ...` line, exit 2)."""
-    from tasks.redis_check import exit_unless_redis_ok
+    from routing.redis_check import exit_unless_redis_ok
 
     exit_unless_redis_ok(settings(), "worker")
 

@@ -15,7 +15,8 @@ from celery.apps.worker import Worker
 from celery.concurrency.prefork import TaskPool as PreforkPool
 from celery.concurrency.thread import TaskPool as ThreadsPool
 
-from config.buckets import Bucket, bucket_table
+from config.buckets import Bucket
+from config.buckets_in_use import bucket_table
 from tasks import aio
 
 #: Seconds between two wake-ups of a threads-pool worker's event loop (see below).

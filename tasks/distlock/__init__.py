@@ -1,5 +1,6 @@
 """Per-user distributed lock for Celery tasks: ``@user_lock``. Read in this order:
-decorator.py (a delivery's life), store.py + lock.lua (Redis side and the ordering
+decorator.py (a delivery's life), held.py (a held lock: run, release), chain.py (the
+next jobs run in the same process), store.py + lock.lua (Redis side and the ordering
 rule), runtime.py (watchdog, reaper, numbering at publish), job.py (headers, JSON,
 events). docs/distlock.md says what it guarantees and which failure loses what."""
 

@@ -27,10 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
-from celery.app.task import Context
-from celery.exceptions import Ignore, Retry
+from celery.exceptions import Ignore
 
-from config.buckets import bucket_table
 from config.errors import (
     InvalidControlHeader,
     InvalidMessage,
@@ -38,19 +36,12 @@ from config.errors import (
     LockUnavailable,
     LockWaitExceeded,
 )
-from config.settings import Settings
 from tasks import aio
 from tasks.distlock import job as jobs
+from tasks.distlock.chain import INLINE, chain_seconds, run_inline
+from tasks.distlock.held import Held, check_budget
 from tasks.distlock.job import LockGrant, ParkedJob, Ticket
-from tasks.distlock.runtime import (
-    Lease,
-    PendingRelease,
-    Runtime,
-    lock_spec_of,
-    publish_handover,
-    runtime,
-    task_events_on,
-)
+from tasks.distlock.runtime import Runtime, publish_handover, runtime
 from tasks.distlock.store import (
     ACQUIRED,
     DUPLICATE,
@@ -58,10 +49,9 @@ from tasks.distlock.store import (
     PARK_FULL,
     PARKED,
     PASSED_OVER,
-    Handover,
-    Outcome,
     new_token,
 )
+from tasks.settle import run_state
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("recur.distlock")
@@ -70,8 +60,6 @@ log = logging.getLogger("recur.distlock")
 #: (times a jitter of 0.5-1.5): at least 1 s, the resolution of RabbitMQ's native
 #: delayed delivery, and short, so it stays a broker countdown.
 REDIS_DOWN_BACKOFF = 2.0
-#: Request attribute telling the decorator that the chain holds the lock for it.
-INLINE = "recur_lock_inline"
 
 
 def message_user(message: Any) -> str:
@@ -126,59 +114,6 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
     return decorate
 
 
-def check_budget(cfg: Settings, job_id: str, user: str, waited: float) -> None:
-    """LockWaitExceeded (a permanent failure: dead-lettered) past the wait budget."""
-    if waited > cfg.lock_wait_budget:
-        raise LockWaitExceeded(f"job {job_id} of user {user} waited {waited:.0f}s for its "
-                               f"turn, over RECUR_LOCK_WAIT_BUDGET={cfg.lock_wait_budget:g}s")
-
-
-class Held:
-    """A lock held for one job: ``run`` it under a watched lease, then ``release``."""
-
-    def __init__(self, rt: Runtime, grant: LockGrant, ttl: float, job_id: str,
-                 waited: float) -> None:
-        self.rt, self.grant, self.ttl, self.job_id, self.waited = rt, grant, ttl, job_id, waited
-        self.outcome: Outcome = "failed"
-
-    def run(self, call: Callable[[], Any]) -> Any:
-        """Call the job while the watchdog extends the lease; Retry and Ignore pass."""
-        lease = Lease(self.grant.user, self.grant.token, self.ttl)
-        self.rt.keeper.hold(lease)
-        try:
-            check_budget(self.rt.cfg, self.job_id, self.grant.user, self.waited)
-            result = call()
-            self.outcome = "done"
-            return result
-        except Retry:
-            self.outcome = "retry"
-            raise
-        except Ignore:
-            self.outcome = "done"
-            raise
-        finally:
-            self.rt.keeper.drop(lease)
-
-    def release(self, chain: bool) -> Handover | None:
-        """Release with the outcome; the next job (taken for this process if ``chain``
-        and the job is done, else to publish)."""
-        cfg, grant = self.rt.cfg, self.grant
-        try:
-            released, handover = self.rt.store.release(
-                grant.user, grant.token, grant.seq, self.outcome, self.ttl,
-                cfg.lock_gap_timeout, self.job_id, take=chain and self.outcome == "done")
-        except LockUnavailable as exc:
-            log.warning("%s; the release of job %s is retried in the background",
-                        exc, self.job_id)
-            self.rt.keeper.retry_release_later(PendingRelease(
-                grant.user, grant.token, grant.seq, self.outcome, self.job_id))
-            return None
-        if not released:
-            log.error("job %s finished but the lock of user %s had passed to another "
-                      "holder; released nothing", self.job_id, grant.user)
-        return handover
-
-
 class LockedCall:
     """One delivery of a locked task: acquire, park or refuse; run; release; chain."""
 
@@ -218,8 +153,8 @@ class LockedCall:
                 publish_handover(self.user, handover)
 
     def not_run(self, status: int, seq: int) -> str:
-        """A parked or duplicate delivery ends here; ``recur_settled`` tells a scheduler
-        dispatch (scheduler/calls.py) that the run doing the work settles its row.
+        """A parked or duplicate delivery ends here; its run state tells a scheduler
+        dispatch (tasks/settle.py) that the run doing the work settles its row.
         It returns (no Celery Ignore: its traceback formatting made a park cost more
         than a short job) and the worker reports ``task-parked``/``task-dropped``.
         A number never given out is refused (dead-lettered, later jobs untouched); a
@@ -231,13 +166,13 @@ class LockedCall:
                                        f"its recent writes)")
         if status == PARK_FULL:
             self.wait_in_broker(seq)
-        self.task.request.recur_settled = True
+        run_state(self.task.request).settled = True
         if status == PARKED:
             return jobs.parked(self.task.name, self.job.id, self.user, seq)
         if status == DUPLICATE:
             jobs.refused(self.task.name, self.job.id, self.user, seq, "duplicate")
             return f"{jobs.DROPPED_RESULT} user={self.user} #{seq}"
-        self.task.request.recur_settled = False
+        run_state(self.task.request).settled = False
         if status == PASSED_OVER:
             raise LockPassedOver(f"job {self.job.id} of user {self.user} (#{seq}) arrived "
                                  f"after a later job of its user started; not run")
@@ -274,80 +209,3 @@ class LockedCall:
         self.task.signature_from_request(self.task.request, countdown=delay,
                                          headers=headers).apply_async()
         raise Ignore()
-
-
-def chain_seconds(cfg: Settings, request: Any) -> float:
-    """How long after a delivery started its process may run the user's next jobs:
-    RECUR_LOCK_CHAIN_SECONDS, at most half the soft time limit of the bucket whose
-    queue delivered it (chained jobs run inside that delivery's time limits)."""
-    queue = (getattr(request, "delivery_info", None) or {}).get("routing_key")
-    half = next((b.soft_time_limit / 2 for b in bucket_table().buckets if b.queue == queue),
-                cfg.lock_chain_seconds)
-    return min(cfg.lock_chain_seconds, half)
-
-
-def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any, ttl: float,
-               chain: bool) -> Handover | None:
-    """Run the job of ``handover`` here, holding the lock taken for it; the next job.
-
-    A job that raises is put back ('again') and published to run once more through
-    the broker, where Celery's failure handling applies (a second failure
-    dead-letters it). If this process dies, the job is still parked: a reaper
-    publishes it when the lease expires.
-    """
-    from tasks.app import app
-
-    job = ParkedJob.from_json(handover.job)
-    task = app.tasks.get(job.task)
-    spec = lock_spec_of(task)
-    grant = LockGrant(user, handover.token, handover.seq, handover.fence)
-    job_ttl = (spec.ttl if spec else None) or rt.cfg.lock_ttl
-    held = Held(rt, grant, job_ttl, job.id, Ticket(handover.seq, job.since).waited())
-    if spec is None:  # not a locked task this worker knows: let the broker route it
-        held.outcome = "again"
-        return held.release(chain=False)
-    if job_ttl != ttl and not extended(rt, grant, job_ttl):
-        return None  # the lease is gone: a reaper publishes the job
-    headers = {**job.headers, **Ticket(handover.seq, job.since).headers()}
-    # A request of its own (not merged into the parent's), as if delivered: the
-    # task's __call__ (e.g. the scheduler's dispatch check) runs as usual.
-    task.request_stack.push(Context(
-        id=job.id, task=job.task, args=job.args, kwargs=job.kwargs, headers=headers, **headers,
-        hostname=parent.hostname, delivery_info=parent.delivery_info, called_directly=False,
-        retries=0, root_id=job.id, user_lock=grant, **{INLINE: True}))
-    began = time.monotonic()
-    event(task, "task-started")
-    try:
-        held.run(lambda: task(*job.args, **job.kwargs))
-        event(task, "task-succeeded", result="None", runtime=time.monotonic() - began)
-    except (Retry, Ignore):
-        pass
-    except Exception as exc:
-        held.outcome = "again"
-        event(task, "task-failed", exception=repr(exc), traceback="")
-        log.warning("job %s of user %s failed when run after the job before it: %r; it is "
-                    "published to run once more through the broker", job.id, user, exc)
-    finally:
-        task.request_stack.pop()
-    return held.release(chain=chain)
-
-
-def event(task: Any, kind: str, **fields: Any) -> None:
-    """A Celery task event for a job run by the chain (which has no delivery of its
-    own), when the worker sends task events (``-E``): Flower then shows it run."""
-    if not task_events_on():
-        return
-    try:
-        task.send_event(kind, **fields)
-    except Exception as exc:  # monitoring must not fail the job
-        log.debug("could not send %s for job %s: %r", kind, task.request.id, exc)
-
-
-def extended(rt: Runtime, grant: LockGrant, ttl: float) -> bool:
-    """Whether the lease of ``grant`` now lasts ``ttl`` (False: lost or Redis down)."""
-    try:
-        return rt.store.extend(grant.user, grant.token, ttl)
-    except LockUnavailable as exc:
-        log.warning("%s; job #%d of user %s is published when its lease expires",
-                    exc, grant.seq, grant.user)
-        return False

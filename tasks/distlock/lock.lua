@@ -1,6 +1,8 @@
 -- The per-user lock's Redis side. store.py loads this file once per entry
 -- point, with "return <entry>()" appended: submit, acquire, release, wake,
--- published, extend. Every read and write of a user's line is one of these atomic calls.
+-- published; the watchdog's extend is routing/extend_lease.lua (the one copy, shared
+-- with the resequencer's sender), called with these KEYS and ARGV 1 token, 2 lease ms.
+-- Every read and write of a user's line is one of these atomic calls.
 --
 -- Keys (config/keys.py), for user <u>:
 --   KEYS[1] <prefix>:lock:{<u>}:owner    string  token of the holder, PX = lease
@@ -284,13 +286,4 @@ local function published()
   if #head == 0 or tonumber(head[2]) ~= tonumber(ARGV[2]) then return 0 end
   redis.call('ZADD', KEYS[7], 'XX', now_ms() + tonumber(ARGV[3]), ARGV[1])
   return 1
-end
-
--- The watchdog extends the lease if this token still holds it.
--- ARGV: 1 token, 2 lease ms. Returns 1 when extended, 0 when it lost the lock.
-local function extend()
-  if redis.call('GET', KEYS[1]) == ARGV[1] then
-    return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  end
-  return 0
 end

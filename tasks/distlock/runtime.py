@@ -36,9 +36,9 @@ from celery.signals import before_task_publish, worker_init, worker_process_init
 from config import signing
 from config.errors import LockLineFull, LockUnavailable
 from config.settings import Settings, settings
+from routing.redis_client import get_redis
 from tasks.distlock import job as jobs
 from tasks.distlock.store import KEEP_MARGIN, Handover, LockStore, Outcome
-from tasks.redis_conn import get_redis
 
 log = logging.getLogger("recur.distlock")
 

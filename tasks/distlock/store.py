@@ -1,22 +1,21 @@
 """The per-user lock's Redis side: typed calls of the entry points of
 ``lock.lua`` (beside this file; its header documents the keys and the rule that
-orders a user's jobs). Driver errors come out as :class:`LockUnavailable`.
+orders a user's jobs), run through routing/redis_client.py's one script loader,
+whose translator turns Redis's errors into :class:`LockUnavailable`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Literal, NamedTuple
 
 import redis
-from redis.exceptions import NoScriptError
 
 from config import keys
 from config.errors import LockLineFull, LockUnavailable
+from routing.redis_client import EXTEND_LEASE, Script, redis_errors
 
 Outcome = Literal["done", "failed", "retry", "again"]
 #: acquire's answers (lock.lua): parked, acquired, duplicate, passed over, too old,
@@ -54,32 +53,12 @@ class Handover:
     fence: int
 
 
-class Script:
-    """One entry point of lock.lua, run by EVALSHA with its sha worked out once and
-    loaded again on NOSCRIPT (Redis restarted). Leaner than redis-py's ``Script``,
-    which rebuilds its arguments on every call: acquire and release are on every
-    job's path."""
-
-    __slots__ = ("sha", "text")
-
-    def __init__(self, entry: str) -> None:
-        lua = resources.files("tasks.distlock").joinpath("lock.lua").read_text()
-        self.text = f"{lua}\nreturn {entry}()\n"
-        self.sha = hashlib.sha1(self.text.encode()).hexdigest()
-
-    def __call__(self, client: redis.Redis, keys: tuple[bytes, ...], *args: Any) -> Any:
-        command: Any = client.execute_command  # untyped in redis-py
-        try:
-            return command("EVALSHA", self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            self.sha = str(client.script_load(self.text))
-            return command("EVALSHA", self.sha, len(keys), *keys, *args)
-
-
 @lru_cache(maxsize=1)
 def _scripts() -> dict[str, Script]:
-    return {name: Script(name) for name in ("submit", "acquire", "release", "wake", "published",
-                                             "extend")}
+    """lock.lua once per entry point, and the shared lease-extend script."""
+    entries = ("submit", "acquire", "release", "wake", "published")
+    return {**{name: Script.of_file("tasks.distlock", "lock.lua", name) for name in entries},
+            "extend": EXTEND_LEASE}
 
 
 class LockStore:
@@ -96,11 +75,8 @@ class LockStore:
         return _script_keys(self.prefix, user)[:len(keys.LOCK_PARTS)]
 
     def _run(self, name: str, user: str, args: tuple[Any, ...], what: str) -> Any:
-        try:
+        with redis_errors("cannot %s the lock of user %r", what, user, error=LockUnavailable):
             return self.scripts[name](self.client, _encoded_keys(self.prefix, user), *args)
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Redis: cannot {what} the lock of user {user!r}: "
-                                  f"{exc}") from exc
 
     def submit(self, user: str) -> int:
         """Number a newly published job of ``user`` (one global sequence); LockLineFull
@@ -153,22 +129,18 @@ class LockStore:
 
     def look_again(self, user: str, seconds: float) -> None:
         """Have a reaper look at ``user`` again in ``seconds`` (a handover not published)."""
-        try:
+        with redis_errors("cannot write the lock wake list", error=LockUnavailable):
             seconds_now, micros = self.client.time()
             due = seconds_now * 1000 + micros // 1000 + _ms(seconds)
             self.client.zadd(keys.lock_wake(self.prefix), {user: due})
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Redis: cannot write the lock wake list: {exc}") from exc
 
     def due_users(self, limit: int = 100) -> list[str]:
         """Users whose wake time has come (by Redis's clock)."""
-        try:
+        with redis_errors("cannot read the lock wake list", error=LockUnavailable):
             seconds, micros = self.client.time()
             now_ms = seconds * 1000 + micros // 1000
             users = self.client.zrangebyscore(keys.lock_wake(self.prefix), "-inf", now_ms,
                                               start=0, num=limit)
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Redis: cannot read the lock wake list: {exc}") from exc
         return [str(u) for u in users]
 
     def holder(self, user: str) -> str | None:
@@ -178,10 +150,8 @@ class LockStore:
 
     def count(self, event: str) -> None:
         """Add one to a lock event counter (for events outside the scripts)."""
-        try:
+        with redis_errors("cannot count a lock event", error=LockUnavailable):
             self.client.hincrby(keys.lock_stats(self.prefix), event, 1)
-        except redis.RedisError as exc:
-            raise LockUnavailable(f"Redis: cannot count a lock event: {exc}") from exc
 
     def stats(self) -> dict[str, int]:
         """Lock event counters summed over every worker (busy, handovers, ...)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from routing.resequencer import Resequencer, Status
+from routing.reseq.state import Resequencer, Status
 
 OTHER = "_other"
 SCAN_LIMIT = 5000

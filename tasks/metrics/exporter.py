@@ -15,8 +15,9 @@ from prometheus_client import CollectorRegistry
 
 from config.errors import ConfigError
 from config.settings import Settings
+from tasks.metrics.collector import SystemCollector
 from tasks.metrics.serve import serve_metrics
-from tasks.metrics.system import Refresher, SystemCollector
+from tasks.metrics.system import Refresher
 
 log = logging.getLogger("recur.exporter")
 

@@ -15,7 +15,7 @@ from typing import Any
 from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
 from prometheus_client import Counter, Histogram
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.settings import settings
 from tasks.distlock.job import PARKED_RESULT
 from tasks.metrics.serve import MULTIPROC_ENV, serve_metrics
@@ -25,7 +25,7 @@ TASKS = Counter("recur_worker_tasks", "Task runs finished, by bucket, task and s
 RUNTIME = Histogram("recur_worker_task_seconds", "Task run time, by bucket.", ["bucket"],
                     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800))
 _started: dict[str, float] = {}
-#: Prefix of the directory ``recur worker`` makes (tasks/cli.py worker_env).
+#: Prefix of the directory ``recur worker`` makes (tasks/cli/worker.py worker_env).
 WORKER_DIR_PREFIX = "recur-worker-metrics-"
 
 

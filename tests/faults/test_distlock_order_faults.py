@@ -19,13 +19,12 @@ from kombu import Connection
 
 from config import keys
 from config.settings import settings
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from tasks.app import app
 from tasks.distlock import runtime as lock_runtime
 from tasks.distlock.job import SEQ, SINCE
 from tasks.distlock.runtime import LeaseKeeper, Runtime
 from tasks.distlock.store import LockStore
-from tasks.processes import Child, wait_for
 from tests.support import services
 from tests.support.distlock_checks import (
     INCLUDE,
@@ -36,6 +35,7 @@ from tests.support.distlock_checks import (
 )
 from tests.support.locked_tasks import locked_work, read_runs
 from tests.support.private_redis import PrivateRedis
+from tests.support.processes import Child, wait_for
 
 pytestmark = pytest.mark.services
 

@@ -18,11 +18,10 @@ import redis
 from kombu import Connection
 
 from config.settings import settings
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from tasks.distlock import runtime as lock_runtime
 from tasks.distlock.runtime import LeaseKeeper, Runtime
 from tasks.distlock.store import LockStore
-from tasks.processes import Child, wait_for
 from tests.support import services
 from tests.support.distlock_checks import (
     INCLUDE,
@@ -34,6 +33,7 @@ from tests.support.distlock_checks import (
 )
 from tests.support.locked_tasks import locked_work, read_runs
 from tests.support.private_redis import PrivateRedis
+from tests.support.processes import Child, wait_for
 from tests.support.services import free_port
 
 pytestmark = pytest.mark.services

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from config.buckets import bucket_table
+from config.buckets_in_use import bucket_table
 from config.settings import settings
 from routing.deadletter import list_dead
-from tasks.processes import wait_for
 from tests.support import io_tasks
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

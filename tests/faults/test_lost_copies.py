@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets_in_use import BUCKETS_BY_NAME
 from config.settings import settings
+from routing.broker import queue_depth
 from routing.deadletter import list_dead
-from routing.queues import queue_depth
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
 from scheduler.store import DueStore, Job
-from tasks.processes import wait_for
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
 from tests.support import fault_tasks
 from tests.support.outage_tasks import INCLUDE, RUNS_FILE, TASK, outage_message
 from tests.support.private_postgres import private_postgres
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from config.buckets import BUCKETS
-from tasks.processes import wait_for
+from config.buckets_in_use import BUCKETS
 from tests.support.outage_rig import OutageRig, figures, outage_rig
+from tests.support.processes import wait_for
 
 MESSAGES = 1200
 EVERY = 6.0

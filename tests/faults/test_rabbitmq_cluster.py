@@ -19,8 +19,8 @@ from kombu import Connection
 from config.settings import load_settings
 from routing.queues import declare_topology
 from scheduler.store import DueStore
-from tasks.processes import Child, wait_for
 from tests.support.fixtures import spawn_worker
+from tests.support.processes import Child, wait_for
 from tests.support.rabbit_cluster import RabbitCluster, rabbit_cluster, rabbitmqctl
 from tests.support.scheduler_support import RunLog, recurring_jobs, wait_until_empty, worker_env
 

@@ -13,13 +13,13 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
+from routing.redis_client import get_redis
 from scheduler.store import DueStore, Job, close_stores
-from tasks.processes import wait_for
-from tasks.redis_conn import get_redis
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
 from tests.support.outage_tasks import INCLUDE, flag
 from tests.support.private_postgres import private_postgres
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import worker_env
 
 TASK = "tests.catch_failed_reschedule"

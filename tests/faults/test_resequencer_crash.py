@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from routing.intake import submit_batch
-from routing.lease import holder_pid
-from routing.resequencer import Resequencer
-from tasks.processes import Child, wait_for
-from tasks.redis_conn import get_redis
+from routing.redis_client import get_redis
+from routing.reseq.intake import submit_batch
+from routing.reseq.lease import holder_pid
+from routing.reseq.state import Resequencer
+from tests.support.processes import Child, wait_for
 from tests.support.receiver import Receiver
 from tests.support.resequencer_rig import Rig, rig_environment
 from tests.support.resequencer_work import attempts_key

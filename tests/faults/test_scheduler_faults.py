@@ -6,13 +6,13 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from config.buckets import BUCKETS
-from routing.queues import queue_depth
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
+from config.buckets_in_use import BUCKETS
+from routing.broker import queue_depth
 from scheduler.store import DueStore, close_stores
-from tasks.processes import wait_for
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
 from tests.support.private_postgres import private_postgres
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import (
     RunLog,
     recurring_jobs,

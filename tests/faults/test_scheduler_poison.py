@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets_in_use import BUCKETS_BY_NAME
 from config.settings import settings
 from routing.deadletter import DeadMessage, list_dead, replay_dead
 from scheduler.store import DueStore, Job
-from tasks.processes import wait_for
 from tests.support import fault_tasks
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import worker_env
 
 pytestmark = pytest.mark.services

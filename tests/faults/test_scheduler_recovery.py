@@ -7,12 +7,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from routing.queues import queue_depth
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
+from routing.broker import queue_depth
 from scheduler.store import DueStore
-from tasks.processes import wait_for
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
 from tests.support.private_postgres import private_postgres
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import recurring_jobs, worker_env
 
 OUTAGE = 8.0

@@ -17,8 +17,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from scheduler.store_bulk import libpq_url
-from tasks.processes import Child, recur_argv, spawn, wait_for
+from scheduler.store.connection import libpq_url
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 from tests.support.spark_cluster import SparkCluster, spark_cluster
 
 pytestmark = [pytest.mark.services, pytest.mark.timeout(600)]

@@ -24,12 +24,12 @@ import psycopg
 import pytest
 from kombu import Connection
 
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
 from scheduler.store import DueStore, Job
-from tasks.processes import wait_for
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
 from tests.support.outage_tasks import INCLUDE, RUNS_FILE, TASK, outage_message
 from tests.support.private_postgres import PrivatePostgres, private_postgres
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

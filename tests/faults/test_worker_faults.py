@@ -7,14 +7,14 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets_in_use import BUCKETS_BY_NAME
 from config.settings import settings
+from routing.broker import queue_depth
 from routing.deadletter import DeadMessage, list_dead, replay_dead
-from routing.queues import queue_depth
 from tasks import completions
 from tasks.process import process_message
-from tasks.processes import wait_for
 from tests.support import fault_tasks
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

@@ -7,13 +7,13 @@ from typing import Any
 import pytest
 from kombu import Connection
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from config.errors import InvalidMessage
 from config.settings import settings
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from tasks import completions
 from tasks.process import process_message
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.processes import recur_argv
 from tests.support import services
+from tests.support.processes import recur_argv
 
 pytestmark = pytest.mark.services
 

@@ -20,13 +20,14 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry, generate_latest
 
-from routing.destination_dead import DeadLetter, list_letters
-from routing.intake import submit, submit_batch
-from routing.resequencer import Resequencer
+from routing.reseq.dead_letters import DeadLetter, list_letters
+from routing.reseq.intake import submit, submit_batch
+from routing.reseq.state import Resequencer
+from tasks.metrics.collector import SystemCollector
 from tasks.metrics.destinations import busiest
-from tasks.metrics.system import Refresher, Snapshot, SystemCollector
-from tasks.processes import wait_for
+from tasks.metrics.system import Refresher, Snapshot
 from tests.integration.test_cli_errors import run_recur
+from tests.support.processes import wait_for
 from tests.support.receiver import Receiver
 from tests.support.resequencer_rig import Rig, rig_environment
 from tests.support.resequencer_work import fail_flag

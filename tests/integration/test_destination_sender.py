@@ -20,12 +20,12 @@ from kombu import Connection
 from config import keys
 from config.errors import BrokerUnavailable, DestinationUnavailable
 from config.settings import load_settings
-from routing.destination_dead import DeadLetter, list_letters, publish, queue_name, replay
-from routing.destination_outage import outage_ttl_ms
-from routing.outbound import Delivery, post_once
-from routing.resequencer import Resequencer
-from routing.sender import run_sender
-from tasks.processes import wait_for
+from routing.reseq.dead_letters import DeadLetter, list_letters, publish, queue_name, replay
+from routing.reseq.outage import outage_ttl_ms
+from routing.reseq.outbound import Delivery, post_once
+from routing.reseq.sender import run_sender
+from routing.reseq.state import Resequencer
+from tests.support.processes import wait_for
 from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.services
@@ -78,13 +78,13 @@ def run_until(reseq: Resequencer, dest: str, outcome: str, timeout: float = 5) -
 
 def outage_records(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records
-            if r.name == "routing.destination_outage" and r.levelno == level]
+            if r.name == "routing.reseq.outage" and r.levelno == level]
 
 
 def test_a_401_holds_the_destination_says_so_once_and_ends_when_it_accepts(
         reseq: Resequencer, dest: str, receiver: Receiver,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG, logger="routing.destination_outage")
+    caplog.set_level(logging.DEBUG, logger="routing.reseq.outage")
     fill(reseq, dest, 5)
     receiver.set(dest, status=401, body=b"token expired")
     for tries in (1, 2, 3):
@@ -249,7 +249,7 @@ def test_an_endless_body_is_not_read(reseq: Resequencer, dest: str,
 
 def test_listing_a_destination_without_dead_letters_creates_nothing(
         conn: Connection, dest: str) -> None:
-    from routing.destination_dead import exists
+    from routing.reseq.dead_letters import exists
 
     assert list_letters(conn, dest) == [] and not exists(conn, queue_name(dest))
     assert queue_name("x" * 300).startswith("outbound.dead.") and len(queue_name("x" * 300)) < 60
@@ -258,7 +258,7 @@ def test_listing_a_destination_without_dead_letters_creates_nothing(
 def test_a_record_that_cannot_be_replayed_stays_and_an_unknown_destination_stops_the_replay(
         reseq: Resequencer, dest: str, conn: Connection) -> None:
     from config.errors import UnknownDestination
-    from routing.destination_dead import dead_queue
+    from routing.reseq.dead_letters import dead_queue
 
     publish(reseq.cfg, DeadLetter(dest, 1, "m1", "refused: HTTP 400", 400, time.time()))
     with conn.channel() as channel:

@@ -18,8 +18,9 @@ from config import keys
 from tasks.distlock.job import PARKED_RESULT, SEQ, SINCE, ParkedJob
 from tasks.distlock.runtime import runtime
 from tasks.distlock.store import ACQUIRED, new_token
-from tasks.processes import wait_for
+from tasks.settle import run_state
 from tests.support.locked_tasks import locked_work, read_runs
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 
@@ -43,7 +44,7 @@ def test_a_busy_users_job_parks_returns_and_is_handed_over_next(
                                            called_directly=False))
     try:
         assert locked_work.run(message(user, 2)).startswith(PARKED_RESULT)
-        assert locked_work.request.recur_settled is True  # a dispatch's row is not finished
+        assert run_state(locked_work.request).settled is True  # a dispatch's row is not finished
     finally:
         locked_work.request_stack.pop()
     # Through Celery's tracer the park is not IGNORED; its result marks it parked.

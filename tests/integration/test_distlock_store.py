@@ -21,7 +21,7 @@ from tasks.distlock.store import (
     LockStore,
     new_token,
 )
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

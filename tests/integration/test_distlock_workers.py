@@ -12,9 +12,8 @@ import redis
 from kombu import Connection
 
 from config import keys
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from tasks.distlock.runtime import runtime
-from tasks.processes import wait_for
 from tests.support.distlock_checks import (
     INCLUDE,
     assert_one_at_a_time_in_order,
@@ -24,6 +23,7 @@ from tests.support.distlock_checks import (
     submit_interleaved,
 )
 from tests.support.locked_tasks import locked_fail, locked_work, read_runs
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 import redis
 
-from tasks.processes import recur_argv
 from tests.support import services
 from tests.support.private_redis import PrivateRedis
+from tests.support.processes import recur_argv
 from tests.support.store_fixtures import PG_DSN
 
 pytestmark = pytest.mark.services
@@ -256,7 +256,7 @@ def test_queues_read_from_the_management_api(live_services: None, sqlite_url: st
 
 def test_missing_queues_are_reported_never_created(live_services: None, sqlite_url: str,
                                                    tmp_path: Path) -> None:
-    from routing.queues import inspect_queues
+    from routing.broker import inspect_queues
 
     vhost = f"{services.VHOST}-doctor"
     services.rabbitmqctl("add_vhost", vhost)

@@ -19,15 +19,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from config import keys
 from config.settings import load_settings
-from routing.queues import TASK_EXCHANGE, all_queue_names, inspect_queues
-from scheduler.callargs import encode_call
+from routing.broker import inspect_queues
+from routing.queues import TASK_EXCHANGE, all_queue_names
 from scheduler.calls import utcnow
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.store import DueStore, Job
+from scheduler.wire import encode_call
 from tasks.metrics.exporter import exporter_registry
 from tasks.metrics.system import Refresher
-from tasks.processes import Child, recur_argv, spawn, wait_for
 from tests.support import services
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 from tests.support.store_fixtures import PG_DSN, PG_SCHEMA
 
 pytestmark = pytest.mark.services

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from scheduler.fill_lock import FillLocks
 from scheduler.store import DueStore
+from scheduler.store.fill_lock import FillLocks
 
 CAP, BATCH = 3000, 1000
 

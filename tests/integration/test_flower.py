@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tasks.processes import recur_argv, spawn, wait_for
 from tests.support import services
+from tests.support.processes import recur_argv, spawn, wait_for
 
 pytestmark = pytest.mark.services
 

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from kombu import Connection
 
-from tasks.processes import Child, recur_argv, spawn, wait_for
 from tests.support import services
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 
 pytestmark = pytest.mark.services
 

@@ -19,18 +19,17 @@ import pytest
 import redis
 from kombu import Connection
 
-from config.buckets import BUCKETS_BY_NAME
+from config.buckets_in_use import BUCKETS_BY_NAME
 from config.errors import UnknownStep
 from config.settings import Settings, load_settings, settings
 from routing.deadletter import DeadMessage, list_dead
-from routing.intake import submit
-from routing.resequencer import Resequencer
-from scheduler.calls import DISPATCH_HEADER, micros
+from routing.reseq.intake import submit
+from routing.reseq.state import Resequencer
 from scheduler.store import Claimed, DueStore, Job
+from scheduler.wire import DISPATCH_HEADER, micros
 from tasks.broker_ops import stored_error
 from tasks.distlock import runtime as lock_runtime
 from tasks.distlock.job import SEQ, SINCE
-from tasks.processes import wait_for
 from tests.support import fault_tasks
 from tests.support.distlock_checks import (
     INCLUDE,
@@ -41,6 +40,7 @@ from tests.support.distlock_checks import (
 )
 from tests.support.hostile_tasks import NOT_A_STEP, calls_key
 from tests.support.locked_tasks import locked_work, read_runs
+from tests.support.processes import wait_for
 from tests.support.services import ROOT
 
 pytestmark = pytest.mark.services

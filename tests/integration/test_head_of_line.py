@@ -9,10 +9,10 @@ import pytest
 from kombu import Connection
 
 from config.settings import settings
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from tasks import completions
 from tasks.process import process_message
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

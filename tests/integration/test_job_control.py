@@ -20,9 +20,9 @@ from config.errors import InvalidArgument, InvalidMessage, JobInFlight, UnknownJ
 from config.settings import settings
 from scheduler import jobs as api
 from scheduler.calls import ScheduledJob
-from scheduler.schema import NO_FLOOR
 from scheduler.store import Claimed, DueStore, Job
-from scheduler.store_control import WALK, JobControl, JobFilter
+from scheduler.store.control import WALK, JobControl, JobFilter
+from scheduler.store.schema import NO_FLOOR
 from tasks.process import process_message
 from tests.support import services
 

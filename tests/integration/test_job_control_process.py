@@ -30,10 +30,10 @@ from click.testing import CliRunner
 
 from scheduler import jobs as api
 from scheduler.store import DueStore, Job
-from scheduler.store_control import JobControl
+from scheduler.store.control import JobControl
 from tasks.cli import cli
 from tasks.process import process_message
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import RunLog, recurring_message, worker_env
 
 EVERY = 10.0

@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from config.settings import load_settings
 from tasks.metrics.serve import serve_metrics
-from tasks.processes import Child, recur_argv, spawn, wait_for
 from tests.support import services
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 
 AUTH = {"RECUR_METRICS_USER": "prom", "RECUR_METRICS_PASSWORD": "s3cret:with,odd@chars"}
 

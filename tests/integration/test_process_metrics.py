@@ -17,9 +17,9 @@ from kombu import Connection
 from scheduler.calls import utcnow
 from scheduler.store import DueStore
 from tasks import process_message
-from tasks.processes import Child, recur_argv, spawn, wait_for
 from tests.integration.test_exporter import job, parse
 from tests.support import services
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 
 pytestmark = pytest.mark.services
 

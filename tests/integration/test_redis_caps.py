@@ -18,11 +18,10 @@ from kombu import Connection
 from config import keys
 from config.errors import LockLineFull
 from config.settings import settings
-from routing.destination_dead import list_letters
-from routing.intake import submit
-from routing.resequencer import Resequencer
+from routing.reseq.dead_letters import list_letters
+from routing.reseq.intake import submit
+from routing.reseq.state import Resequencer
 from tasks.distlock import runtime as lock_runtime
-from tasks.processes import wait_for
 from tests.support import fault_tasks
 from tests.support.distlock_checks import (
     INCLUDE,
@@ -33,6 +32,7 @@ from tests.support.distlock_checks import (
 )
 from tests.support.hostile_tasks import SIZED_STEP
 from tests.support.locked_tasks import locked_work
+from tests.support.processes import wait_for
 from tests.support.receiver import Receiver
 from tests.support.resequencer_rig import Rig, rig_environment
 

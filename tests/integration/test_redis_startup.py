@@ -1,4 +1,4 @@
-"""Workers and the scheduler check Redis at start (tasks/redis_check.py): a Redis that would
+"""Workers and the scheduler check Redis at start (routing/redis_check.py): a Redis that would
 lose parked jobs (an evicting policy, no AOF) is a WARNING line naming the setting and the
 fix; with RECUR_STRICT=1 the process does not start (one ``recur: ...`` line, exit code 2).
 A Redis whose settings cannot be read, or that is down, never stops a process."""
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tasks.processes import Child, recur_argv, spawn, wait_for
 from tests.support import services
 from tests.support.private_redis import PrivateRedis
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 
 pytestmark = pytest.mark.services
 

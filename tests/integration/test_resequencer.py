@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from config import keys
 from config.errors import InvalidMessage, ResequencerFull, UnknownDestination
-from routing.destination_dead import DeadLetter, list_letters
-from routing.intake import submit, submit_batch
-from routing.resequencer import Resequencer
+from routing.reseq.dead_letters import DeadLetter, list_letters
+from routing.reseq.intake import submit, submit_batch
+from routing.reseq.state import Resequencer
 from tasks.cli import cli
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 from tests.support.receiver import Receiver
 from tests.support.resequencer_rig import Rig, rig_environment
 from tests.support.resequencer_work import ASYNC_STEP

@@ -18,10 +18,10 @@ from redis.retry import Retry
 
 from config.errors import ResequencerFull, ServiceUnavailable
 from config.settings import load_settings
-from routing import sender
-from routing.resequencer import Resequencer
-from routing.sender import run_sender
-from tasks.processes import wait_for
+from routing.reseq import sender
+from routing.reseq.sender import run_sender
+from routing.reseq.state import Resequencer
+from tests.support.processes import wait_for
 from tests.support.receiver import Receiver
 
 pytestmark = pytest.mark.services
@@ -159,7 +159,7 @@ def test_the_sender_sends_in_order_and_skips_a_gap_after_the_timeout(
 
 def test_a_sender_that_died_before_recording_is_followed_by_the_same_seq_again(
         reseq: Resequencer, dest: str, receiver: Receiver) -> None:
-    from routing.outbound import Delivery, post_once
+    from routing.reseq.outbound import Delivery, post_once
 
     reseq.assign(dest, ["m1", "m2"])
     reseq.deposit(dest, 1, entry(1))
@@ -254,7 +254,7 @@ def test_a_send_longer_than_the_lease_keeps_it_and_carries_its_fence(
 
 def test_a_late_send_of_an_earlier_lease_is_fenced_off(
         reseq: Resequencer, dest: str, receiver: Receiver) -> None:
-    from routing.outbound import Delivery, post_once
+    from routing.reseq.outbound import Delivery, post_once
 
     reseq.assign(dest, ["m1", "m2"])
     for i in (1, 2):  # one lease per run: seq 1 goes out with fence 1, seq 2 with fence 2

@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from config.errors import InvalidMessage, InvalidSchedule, UnknownBucket
-from routing.queues import queue_depth
-from scheduler.callargs import decode_call
+from routing.broker import queue_depth
 from scheduler.calls import ScheduledJob
 from scheduler.store import DueStore
+from scheduler.wire import decode_call
 from tasks.process import process_message
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 
 
 def message(ident: str = "m-1", **extra: Any) -> dict[str, Any]:

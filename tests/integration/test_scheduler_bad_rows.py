@@ -14,12 +14,12 @@ import httpx
 import pytest
 from kombu import Connection
 
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from scheduler.store import DueStore, Job
-from tasks.processes import Child, wait_for
 from tests.integration.test_cli_errors import run_recur
 from tests.integration.test_exporter import parse
 from tests.support import services
+from tests.support.processes import Child, wait_for
 from tests.support.scheduler_support import worker_env
 
 pytestmark = pytest.mark.services

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from scheduler.store import DueStore
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import (
     RunLog,
     recurring_jobs,

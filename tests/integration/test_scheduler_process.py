@@ -10,9 +10,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from scheduler.store import DueStore, Job
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import (
     RunLog,
     recurring_jobs,
@@ -172,12 +172,12 @@ def test_a_periodic_entry_fires_once_per_period_and_is_dispatched(
 def test_dispatch_lanes_share_the_room_and_never_send_a_row_twice(
         fresh_pg_url: str, broker: Any) -> None:
     """Three lanes of one dispatch: exactly the room is sent, every row at most once."""
-    from config.buckets import BUCKETS_BY_NAME
+    from config.buckets_in_use import BUCKETS_BY_NAME
     from config.settings import load_settings
     from routing.queues import TASK_EXCHANGE
-    from scheduler.calls import DISPATCH_HEADER
     from scheduler.drain import Scheduler
     from scheduler.publisher import ConfirmingPublisher
+    from scheduler.wire import DISPATCH_HEADER
     from tests.support.services import test_environment
 
     cfg = load_settings({**test_environment(), "RECUR_DATABASE_URL": fresh_pg_url,

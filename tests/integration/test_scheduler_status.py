@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.store import DueStore
-from tasks.processes import recur_argv
 from tests.support import services
+from tests.support.processes import recur_argv
 from tests.support.scheduler_support import recurring_jobs
 
 

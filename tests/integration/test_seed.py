@@ -17,7 +17,8 @@ from pyspark.sql import functions as F
 
 from config.errors import SchemaOutOfDate
 from config.settings import load_settings
-from scheduler.store_bulk import APPLICATION_NAME, BulkResult, libpq_url
+from scheduler.store.bulk import APPLICATION_NAME, BulkResult
+from scheduler.store.connection import libpq_url
 from spark.generate import generate
 from spark.job import SeedReport, run_seed
 from spark.options import parse_options
@@ -123,7 +124,7 @@ def test_a_retried_partition_loads_each_row_once(
     """A partition that dies after some chunks committed, then runs again in full."""
     import pyarrow as pa
 
-    from scheduler.store_bulk import copy_line, open_bulk, register_task
+    from scheduler.store.bulk import copy_line, open_bulk, register_task
     from spark.load import COUNT, message_lines, partition_loader
 
     code = str(register_task(fresh_pg_url, "tasks.process_message"))
@@ -214,7 +215,7 @@ def test_seeding_a_store_without_schema_names_the_command(
 
 
 def test_bulk_copy_goes_over_to_the_merge_once_a_key_is_taken(fresh_pg_url: str) -> None:
-    from scheduler.store_bulk import PostgresBulk, copy_line, register_task
+    from scheduler.store.bulk import PostgresBulk, copy_line, register_task
 
     code = str(register_task(fresh_pg_url, "tasks.process_message"))
 
@@ -234,7 +235,7 @@ def test_two_loaders_with_the_same_keys_in_opposite_orders_load_each_once(
         fresh_pg_url: str) -> None:
     """Direct COPYs that meet each other's uncommitted keys wait, deadlock or hit a
     unique violation; either way the loser goes over to the merge and nothing fails."""
-    from scheduler.store_bulk import PostgresBulk, copy_line, register_task
+    from scheduler.store.bulk import PostgresBulk, copy_line, register_task
 
     code = str(register_task(fresh_pg_url, "tasks.process_message"))
     keys = [f"k-{i:05d}" for i in range(6_000)]

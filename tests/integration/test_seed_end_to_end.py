@@ -10,12 +10,12 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from scheduler.store import DueStore
-from scheduler.store_bulk import libpq_url
+from scheduler.store.connection import libpq_url
 from spark.job import run_seed
 from spark.options import parse_options
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import RunLog, wait_until_empty, worker_env
 
 pytestmark = pytest.mark.services

@@ -13,14 +13,14 @@ import pytest
 from kombu import Connection
 from pyspark.sql import SparkSession
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from config.settings import load_settings
-from routing.queues import queue_depth
+from routing.broker import queue_depth
 from spark.generate import generate
 from spark.job import run_seed
 from spark.options import parse_options
 from spark.transform import Rules, check
-from tasks.processes import recur_argv, spawn, wait_for
+from tests.support.processes import recur_argv, spawn, wait_for
 from tests.support.services import ROOT
 
 pytestmark = pytest.mark.services

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from config.errors import SchemaOutOfDate, StoreError
-from scheduler.engine import make_engine
-from scheduler.migrate import check_schema, current_revision, head_revision, upgrade
 from scheduler.periodic import PeriodicEntry
 from scheduler.store import Claimed, DueStore, Job
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import check_schema, current_revision, head_revision, upgrade
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 LEASE = timedelta(seconds=60)

@@ -1,4 +1,4 @@
-"""The dead-letter sweep's store writes (scheduler/store_dead.py), on SQLite and
+"""The dead-letter sweep's store writes (scheduler/store/dead.py), on SQLite and
 PostgreSQL: each re-checks the copy's dispatch inside its transaction."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 from config.settings import load_settings
-from scheduler.calls import Dispatch, last_chance, micros
 from scheduler.store import Claimed, DueStore, Job
-from scheduler.store_dead import DeadCopies
+from scheduler.store.dead import DeadCopies
+from scheduler.wire import Dispatch, micros
+from tasks.settle import last_chance
 
 LEASE = timedelta(minutes=30)
 

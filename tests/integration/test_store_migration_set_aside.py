@@ -10,10 +10,10 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect, text
 
-from scheduler.engine import make_engine
-from scheduler.migrate import alembic_config, head_revision, upgrade
 from scheduler.refusals import UNDECODABLE, Published, Refusal
 from scheduler.store import Claimed, DueStore, Job
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import alembic_config, head_revision, upgrade
 from tests.integration.test_store_migrations import scratch_pg  # noqa: F401 - a fixture
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

@@ -12,9 +12,9 @@ import pytest
 from alembic import command
 from sqlalchemy import Engine, create_engine, text
 
-from scheduler.engine import make_engine
-from scheduler.migrate import alembic_config, head_revision, upgrade
 from scheduler.store import Claimed, DueStore
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import alembic_config, head_revision, upgrade
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 

@@ -19,15 +19,16 @@ from kombu import Connection
 from prometheus_client import REGISTRY
 
 from config.errors import BrokerUnavailable
-from routing.queues import TASK_EXCHANGE, queue_depth
+from routing.broker import queue_depth
+from routing.queues import TASK_EXCHANGE
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.refusals import BROKER_REFUSED, TOO_LARGE, UNDECODABLE
 from scheduler.set_aside import Caught
 from scheduler.store import Claimed, DueStore, Job
-from scheduler.store_aside import AsideRows
-from scheduler.store_control import JobControl
-from tasks.processes import wait_for
+from scheduler.store.aside import AsideRows
+from scheduler.store.control import JobControl
 from tests.support import services
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 

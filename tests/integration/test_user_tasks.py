@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.store import DueStore, Job
-from tasks.processes import Child, recur_argv, spawn, wait_for, wait_for_worker
 from tests.support import services
+from tests.support.processes import Child, recur_argv, spawn, wait_for, wait_for_worker
 from tests.support.scheduler_support import wait_until_empty, worker_env
 from tests.support.user_module import user_records, write_user_module
 

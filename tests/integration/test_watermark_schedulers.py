@@ -3,7 +3,7 @@ filling one queue keep it within the high watermark plus one batch.
 
 A fill may stop short of the high watermark: a batch counts as in flight until
 its lane clears it, also once its messages are in the queue (the reading is
-only ever too cautious, scheduler/fill_lock.py), and under load several such
+only ever too cautious, scheduler/store/fill_lock.py), and under load several such
 batches overlap. So "refilled" means back above the low watermark, where the
 schedulers stop filling, not at the high one."""
 
@@ -13,10 +13,10 @@ import threading
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from config.buckets import BUCKETS_BY_NAME
-from routing.queues import queue_depth
+from config.buckets_in_use import BUCKETS_BY_NAME
+from routing.broker import queue_depth
 from scheduler.store import DueStore
-from tasks.processes import wait_for
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import recurring_jobs, worker_env
 
 LOW, HIGH, BATCH = 100, 300, 50

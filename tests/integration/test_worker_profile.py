@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from kombu import Connection, Producer
 
-from config.buckets import BUCKETS_BY_NAME
-from routing.queues import TASK_EXCHANGE, queue_depth
-from tasks.processes import recur_argv, spawn, wait_for, wait_for_worker
+from config.buckets_in_use import BUCKETS_BY_NAME
+from routing.broker import queue_depth
+from routing.queues import TASK_EXCHANGE
 from tests.support import services
+from tests.support.processes import recur_argv, spawn, wait_for, wait_for_worker
 
 pytestmark = pytest.mark.services
 

@@ -9,9 +9,9 @@ import signal
 from typing import Any
 
 from config.settings import settings
+from routing.redis_client import get_redis
 from tasks.app import app
 from tasks.base import MessageTask
-from tasks.redis_conn import get_redis
 
 
 def attempts_key(message_id: str) -> str:

@@ -13,7 +13,7 @@ import pytest
 import redis
 from kombu import Connection
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from tests.support import services
 
 
@@ -55,7 +55,7 @@ def broker(celery_app: Any) -> Iterator[Connection]:
 
 @pytest.fixture
 def redis_client(live_services: None) -> redis.Redis:
-    from tasks.redis_conn import get_redis
+    from routing.redis_client import get_redis
 
     return get_redis()
 
@@ -94,8 +94,8 @@ def spawn_worker(celery_app: Any, queue: str, log_dir: Path, *, concurrency: int
                  env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> tuple[Any, str]:
     """Start ``celery -A tasks worker -Q <queue>`` on this run's services; return it once it
     answers ping, with its node name. The caller stops it."""
-    from tasks.cli import celery_executable
-    from tasks.processes import spawn, wait_for_worker
+    from tasks.cli.worker import celery_executable
+    from tests.support.processes import spawn, wait_for_worker
 
     name = f"{queue}-{uuid.uuid4().hex[:6]}"
     nodename = f"{name}@{socket.gethostname()}"

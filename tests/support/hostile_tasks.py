@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from config.settings import settings
+from routing.redis_client import get_redis
 from tasks.app import app
-from tasks.redis_conn import get_redis
 from tasks.reseq_steps import reseq_step
 
 SIZED_STEP = "tests.reseq_sized"

@@ -21,14 +21,14 @@ from typing import Any
 
 from kombu import Connection
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from config.settings import load_settings
-from routing.queues import declare_topology, queue_depth
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
+from routing.broker import queue_depth
+from routing.queues import declare_topology
 from scheduler.store import DueStore, Job
-from tasks.cli import celery_executable
-from tasks.processes import Child, recur_argv, spawn, wait_for
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
+from tasks.cli.worker import celery_executable
 from tests.support.outage_tasks import INCLUDE, RUNS_FILE, TASK, outage_message
 from tests.support.private_postgres import PrivatePostgres, private_postgres
 from tests.support.private_services import (
@@ -37,6 +37,7 @@ from tests.support.private_services import (
     private_rabbit,
     private_redis,
 )
+from tests.support.processes import Child, recur_argv, spawn, wait_for
 from tests.support.services import ROOT
 
 

@@ -15,10 +15,10 @@ from typing import Any
 
 from config.errors import StoreError
 from config.settings import settings
+from routing.redis_client import get_redis
 from tasks import completions
 from tasks.app import app
 from tasks.base import MessageTask
-from tasks.redis_conn import get_redis
 
 RUNS_FILE = "OUTAGE_RUNS_FILE"
 INCLUDE = ("--include", "tests.support.outage_tasks")

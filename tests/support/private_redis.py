@@ -8,7 +8,7 @@ from pathlib import Path
 
 import redis
 
-from tasks.processes import Child, spawn, wait_for
+from tests.support.processes import Child, spawn, wait_for
 from tests.support.services import free_port
 
 

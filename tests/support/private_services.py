@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.processes import wait_for
 from tests.support.private_redis import PrivateRedis
+from tests.support.processes import wait_for
 from tests.support.rabbit_cluster import RabbitNode, rabbitmqctl
 from tests.support.services import port_open
 

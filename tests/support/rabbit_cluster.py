@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.processes import Child, spawn, wait_for
+from tests.support.processes import Child, spawn, wait_for
 from tests.support.services import free_port, port_open
 
 RUN = uuid.uuid4().hex[:8]

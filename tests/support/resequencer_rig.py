@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from config.settings import Settings, load_settings
-from tasks.processes import Child
 from tests.support.fixtures import spawn_worker
+from tests.support.processes import Child
 from tests.support.receiver import Receiver
 from tests.support.resequencer_work import STEP
 from tests.support.services import ROOT

@@ -19,8 +19,8 @@ from typing import Any
 
 from config.settings import settings
 from routing.messages import Message
+from routing.redis_client import get_redis
 from tasks.app import app
-from tasks.redis_conn import get_redis
 from tasks.reseq_steps import reseq_step
 
 STEP = "tests.reseq_random_work"

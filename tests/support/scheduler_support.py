@@ -10,13 +10,13 @@ from typing import Any
 
 from sqlalchemy import select
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from config.settings import settings
-from scheduler.schema import due_jobs
+from routing.redis_client import get_redis
 from scheduler.store import DueStore, Job
+from scheduler.store.schema import due_jobs
 from tasks import completions
-from tasks.processes import wait_for
-from tasks.redis_conn import get_redis
+from tests.support.processes import wait_for
 
 RECURRING = "tasks.process_message"
 

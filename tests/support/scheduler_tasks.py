@@ -6,10 +6,10 @@ import time
 from typing import Any
 
 from config.settings import settings
+from routing.redis_client import get_redis
 from tasks import completions
 from tasks.app import app
 from tasks.base import MessageTask
-from tasks.redis_conn import get_redis
 
 INCLUDE = ("--include", "tests.support.scheduler_tasks")
 

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-#: One id per test run, plus the pytest-xdist worker's name (gw0, gw1) under ``-n``:
-#: each xdist worker has its own vhost, key prefix and schema.
-RUN_ID = (os.environ.setdefault("RECURTEST_RUN", uuid.uuid4().hex[:10])
-          + os.environ.get("PYTEST_XDIST_WORKER", ""))
+#: One id per test process (``RECURTEST_RUN`` names it, else a fresh one), plus the
+#: pytest-xdist worker's name (gw0, gw1) under ``-n``: each xdist worker has its own
+#: vhost, key prefix and schema. Importing this module changes no environment variable:
+#: tests/conftest.py is where the run's RECUR_* variables are set.
+RUN_ID = (os.environ.get("RECURTEST_RUN") or uuid.uuid4().hex[:10]) + os.environ.get(
+    "PYTEST_XDIST_WORKER", "")
 VHOST = f"recur-test-{RUN_ID}"
 KEY_PREFIX = f"recur-test-{RUN_ID}"
 BROKER_URL = f"amqp://guest:guest@127.0.0.1:5672/{VHOST}"

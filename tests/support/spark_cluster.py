@@ -19,7 +19,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.processes import Child, spawn, wait_for
+from tests.support.processes import Child, spawn, wait_for
 from tests.support.services import free_port
 
 SPARK_CLASS = str(Path(sys.executable).parent / "spark-class")

@@ -16,9 +16,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from scheduler.engine import make_engine
-from scheduler.migrate import upgrade
 from scheduler.store import DueStore, close_stores
+from scheduler.store.connection import make_engine
+from scheduler.store.migrate import upgrade
 from tests.support import services
 
 PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -134,7 +134,7 @@ def store_in_use(store_url: str, use_store: Callable[[str], None]) -> Iterator[D
 @pytest.fixture
 def start_scheduler(live_services: None, tmp_path: Path) -> Iterator[SchedulerFactory]:
     """Start real ``recur scheduler`` processes with extra RECUR_* env; stopped at the end."""
-    from tasks.processes import recur_argv, spawn
+    from tests.support.processes import recur_argv, spawn
 
     started: list[Any] = []
 

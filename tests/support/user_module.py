@@ -26,7 +26,7 @@ import time
 from config.settings import settings
 from tasks import MessageTask, app
 from tasks.distlock import user_lock
-from tasks.redis_conn import get_redis
+from routing.redis_client import get_redis
 
 KEY = settings().key_prefix + ":test:usertasks"
 

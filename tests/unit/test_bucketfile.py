@@ -13,7 +13,7 @@ from config.bucketfile import load_table
 from config.errors import ConfigError, UnknownBucket
 from config.settings import load_settings, problems
 from routing.messages import validate_message
-from tasks.processes import recur_argv
+from tests.support.processes import recur_argv
 
 ROOT = Path(__file__).resolve().parents[2]
 

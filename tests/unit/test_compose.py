@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from config.buckets import BUCKETS
+from config.buckets_in_use import BUCKETS
 from config.errors import ConfigError
 from config.redact import is_placeholder
 from config.settings import load_settings

@@ -13,8 +13,8 @@ import pytest
 from config import signing
 from config.errors import ConfigError, InvalidControlHeader
 from config.settings import load_settings, settings
-from scheduler import calls
-from scheduler.calls import Dispatch, dispatch_in, dispatch_of, parse_dispatch
+from scheduler import wire
+from scheduler.wire import Dispatch, dispatch_in, dispatch_of, parse_dispatch
 from tasks.distlock.job import SEQ, SINCE, Ticket
 
 KEY = "k" * 40
@@ -35,7 +35,7 @@ def request_of(headers: dict[str, Any]) -> Any:
 
 
 def test_a_signature_binds_the_header_its_value_and_the_job() -> None:
-    headers = signed({SEQ: 7, SINCE: 100.5, calls.DISPATCH_HEADER: ["k", 3, LEASE, None]})
+    headers = signed({SEQ: 7, SINCE: 100.5, wire.DISPATCH_HEADER: ["k", 3, LEASE, None]})
     for name in signing.SIGNED:
         signing.verify_headers(KEY, headers, name)  # as published: accepted
     cases = {
@@ -85,9 +85,9 @@ def test_the_dispatch_header_must_carry_its_lease_stamp() -> None:
         with pytest.raises(InvalidControlHeader, match="recur_dispatch"):
             parse_dispatch(value)
             pytest.fail(f"{case}: accepted")
-        assert dispatch_in({calls.DISPATCH_HEADER: value}) is None, case
+        assert dispatch_in({wire.DISPATCH_HEADER: value}) is None, case
     with pytest.raises(InvalidControlHeader, match="no lease stamp"):
-        dispatch_of(SimpleNamespace(headers={calls.DISPATCH_HEADER: ["k", 3, None]}))
+        dispatch_of(SimpleNamespace(headers={wire.DISPATCH_HEADER: ["k", 3, None]}))
 
 
 def test_a_copy_without_a_lease_stamp_matches_no_dispatch() -> None:
@@ -95,21 +95,21 @@ def test_a_copy_without_a_lease_stamp_matches_no_dispatch() -> None:
 
     lease = datetime(2026, 1, 1, tzinfo=UTC)
     assert not Dispatch("k", 3, None).matches((3, lease))
-    assert Dispatch("k", 3, calls.micros(lease)).matches((3, lease))
+    assert Dispatch("k", 3, wire.micros(lease)).matches((3, lease))
 
 
 def use_key(monkeypatch: pytest.MonkeyPatch, key: str) -> None:
     keyed = replace(settings(), signing_key=key)
-    monkeypatch.setattr(calls, "settings", lambda: keyed)
+    monkeypatch.setattr(wire, "settings", lambda: keyed)
 
 
 def test_with_a_key_the_dispatch_header_must_be_signed_for_its_job(
         monkeypatch: pytest.MonkeyPatch) -> None:
     use_key(monkeypatch, KEY)
-    headers = signed({calls.DISPATCH_HEADER: ["k", 3, LEASE, None]})
+    headers = signed({wire.DISPATCH_HEADER: ["k", 3, LEASE, None]})
     assert dispatch_of(request_of(headers)) == Dispatch("k", 3, LEASE)
     assert dispatch_in(headers) == Dispatch("k", 3, LEASE)
-    forged = {**headers, calls.DISPATCH_HEADER: ["k", 4, LEASE, None]}
+    forged = {**headers, wire.DISPATCH_HEADER: ["k", 4, LEASE, None]}
     with pytest.raises(InvalidControlHeader, match="bad signature"):
         dispatch_of(request_of(forged))
     assert dispatch_in(forged) is None  # the dead-letter sweep ignores it too

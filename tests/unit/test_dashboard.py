@@ -12,11 +12,12 @@ from typing import Any
 import yaml
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
-from routing.queues import QueueStats
+from routing.broker import QueueStats
 from scheduler.store import BucketHead, BucketStats
+from tasks.metrics.collector import EXPORTED, SystemCollector
 from tasks.metrics.destinations import DestinationFigures
 from tasks.metrics.lock_source import LockFigures
-from tasks.metrics.system import EXPORTED, Refresher, Snapshot, SystemCollector
+from tasks.metrics.system import Refresher, Snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "monitoring" / "grafana" / "dashboards" / "recur.json"

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from scheduler.calls import DISPATCH_HEADER, Dispatch, dispatch_in, micros
 from scheduler.dead_verdict import DELIVERY_LIMIT, RowState, Verdict, verdict
-from scheduler.schema import DISPATCHED, SCHEDULED
+from scheduler.store.schema import DISPATCHED, SCHEDULED
+from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_in, micros
 
 LEASE = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
 COPY = Dispatch("job-1", 7, micros(LEASE))

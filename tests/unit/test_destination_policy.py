@@ -9,7 +9,7 @@ import pytest
 from config.destination_policy import Verdict, parse_policies, parse_statuses, verdict
 from config.errors import ConfigError
 from config.settings import load_settings
-from routing.outbound import BODY_LIMIT, DETAIL_CHARS, Answer, detail_of
+from routing.reseq.outbound import BODY_LIMIT, DETAIL_CHARS, Answer, detail_of
 
 SENT, RETRY, OUTAGE, DEAD = Verdict.SENT, Verdict.RETRY, Verdict.OUTAGE, Verdict.DEAD
 

@@ -7,10 +7,12 @@ import pytest
 from config.errors import ConfigError
 from config.redact import masked as hide_passwords
 from config.settings import Settings, load_settings
-from tasks import doctor_rabbit, doctor_secrets
-from tasks.doctor import FAIL, OK, WARN, Check, is_loopback, report
-from tasks.doctor_services import redis_setting, synchronous_commit
-from tasks.redis_check import REQUIRED, Finding, _line
+from routing.redis_check import REQUIRED, Finding, _line
+from tasks.cli.doctor import passwords as doctor_secrets
+from tasks.cli.doctor import rabbit as doctor_rabbit
+from tasks.cli.doctor.check import FAIL, OK, WARN, Check, is_loopback
+from tasks.cli.doctor.command import report
+from tasks.cli.doctor.services import redis_setting, synchronous_commit
 
 
 @pytest.mark.parametrize(("text", "shown"), [

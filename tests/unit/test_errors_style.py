@@ -6,8 +6,8 @@ import pytest
 from kombu.exceptions import OperationalError
 from sqlalchemy.exc import NoSuchModuleError
 
-from config.entry import masked, one_line
-from config.errors import ConfigError, StoreUnavailable
+from config.errors import ConfigError, StoreUnavailable, one_line
+from config.redact import masked
 from config.settings import load_settings, problems
 from tasks.broker_ops import exception_line
 

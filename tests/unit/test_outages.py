@@ -6,8 +6,7 @@ import pytest
 
 from config.errors import StoreError, StoreUnavailable
 from config.settings import load_settings
-from scheduler.drain import MAX_BACKOFF, Backoff
-from scheduler.outages import LONGEST_WAIT, budget_for, ride_out
+from scheduler.outages import LONGEST_WAIT, MAX_BACKOFF, Backoff, budget_for, ride_out
 
 
 class Flaky:

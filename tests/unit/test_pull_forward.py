@@ -10,10 +10,10 @@ import pytest
 from config.errors import InvalidArgument, InvalidMessage
 from config.settings import load_settings
 from routing.recurrence import Recurrence, check_call, recurrence_of
-from scheduler.calls import Dispatch, dispatch_header, dispatch_of, micros
 from scheduler.jobs import parse_duration, parse_time
 from scheduler.pullforward import pull_floor
-from scheduler.store_control import decode_cursor, encode_cursor
+from scheduler.store.control import decode_cursor, encode_cursor
+from scheduler.wire import Dispatch, dispatch_header, dispatch_of, micros
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 CFG = load_settings({})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from config import entry
+from config import errors
 from config.errors import ConfigError, StoreUnavailable
 from config.redact import is_placeholder, masked, passwords
 from config.settings import load_settings
@@ -67,8 +67,8 @@ def test_placeholders_are_recognised(secret: str, placeholder: bool) -> None:
 
 
 def test_both_call_sites_use_the_one_masker() -> None:
-    assert entry.masked is masked
-    line = entry.one_line(StoreUnavailable("store redis://:s3cret@h/0?password=s3cret: down"))
+    assert errors.masked is masked
+    line = errors.one_line(StoreUnavailable("store redis://:s3cret@h/0?password=s3cret: down"))
     assert line == "store redis://:***@h/0?password=***: down"
     with pytest.raises(ConfigError) as info:
         load_settings({"RECUR_DATABASE_URL": "postgres://:s3cret@db/recur?password=x"})

@@ -6,9 +6,9 @@ import pytest
 
 from config.errors import ConfigError, UnknownDestination
 from config.settings import load_settings
-from routing.intake import check_destination, submit
-from routing.lease import lease_ms, step_limit_seconds
-from routing.outbound import Delivery
+from routing.reseq.intake import check_destination, submit
+from routing.reseq.lease import lease_ms, step_limit_seconds
+from routing.reseq.outbound import Delivery
 
 
 def test_destinations_are_read_as_name_url_pairs() -> None:
@@ -67,7 +67,8 @@ def test_the_request_names_destination_and_sequence_number() -> None:
 
 
 def test_recur_worker_outbound_runs_the_senders_on_threads() -> None:
-    from tasks.cli import bucket_arg, worker_argv
+    from tasks.cli.params import bucket_arg
+    from tasks.cli.worker import worker_argv
 
     argv = worker_argv(bucket_arg(None, None, "outbound"))
     assert argv[argv.index("-Q") + 1] == "outbound" and argv[argv.index("-P") + 1] == "threads"

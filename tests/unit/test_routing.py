@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from config.buckets import BUCKETS, BUCKETS_BY_NAME
+from config.buckets_in_use import BUCKETS, BUCKETS_BY_NAME
 from config.errors import InvalidMessage, UnknownBucket
 from config.settings import load_settings
 from routing.messages import validate_message

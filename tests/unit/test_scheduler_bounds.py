@@ -10,11 +10,11 @@ import pytest
 from config.errors import ConfigError, InvalidMessage, InvalidSchedule
 from config.settings import load_settings
 from scheduler.bounds import Limits, check_call, check_job_key, check_retries, row_problem
-from scheduler.callargs import decode_call, encode_call
 from scheduler.outgoing import Framing, header_frame_size
-from scheduler.publisher import task_message
 from scheduler.refusals import TOO_LARGE, UNDECODABLE, UNKNOWN_BUCKET, Refusal
 from scheduler.store import Claimed
+from scheduler.task_message import task_message
+from scheduler.wire import decode_call, encode_call
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 LIMITS = Limits()

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from config.errors import InvalidMessage, InvalidSchedule
-from scheduler.callargs import decode_call, encode_call
-from scheduler.calls import Dispatch, dispatch_header, dispatch_of, due_time, micros
+from scheduler.calls import due_time
+from scheduler.wire import Dispatch, decode_call, dispatch_header, dispatch_of, encode_call, micros
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

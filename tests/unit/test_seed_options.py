@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scheduler.store_bulk import BulkResult, copy_line, libpq_url, parse_copy_line
+from scheduler.store.bulk import BulkResult, copy_line, parse_copy_line
+from scheduler.store.connection import libpq_url
 from spark.options import parse_duration, parse_options, parse_start
 
 

@@ -5,15 +5,9 @@ from dataclasses import fields
 import pytest
 
 from config.errors import ConfigError
-from config.settings import (
-    Settings,
-    bounds_text,
-    describe,
-    load_settings,
-    number_bounds,
-    problems,
-    shown,
-)
+from config.settings import Settings, load_settings, problems, shown
+from config.settings_bounds import bounds_text, number_bounds
+from config.settings_report import describe
 
 
 def test_defaults_point_at_local_services() -> None:

@@ -1,4 +1,4 @@
-"""The settle journal (scheduler/store_journal.py): a restarted server gets the last
+"""The settle journal (scheduler/store/journal.py): a restarted server gets the last
 settle writes again; the same server lets them go."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from config.errors import StoreError, StoreUnavailable
-from scheduler import store_journal
-from scheduler.store_journal import SettleJournal
-from tasks.processes import wait_for
+from scheduler.store import journal as store_journal
+from scheduler.store.journal import SettleJournal
+from tests.support.processes import wait_for
 
 
 class Server:

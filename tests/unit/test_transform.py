@@ -14,7 +14,7 @@ from pyspark.testing import assertDataFrameEqual
 from config.errors import InvalidMessage, SeedInputError
 from config.settings import load_settings
 from routing.messages import encoded_payload_size, validate_message
-from scheduler.callargs import decode_call, encode_call
+from scheduler.wire import decode_call, encode_call
 from spark.load import due_jobs
 from spark.parse import parse_json_lines, parse_table
 from spark.transform import TASK, Rules, check, rejects

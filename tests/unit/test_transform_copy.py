@@ -11,8 +11,8 @@ from pyspark.sql import SparkSession
 
 from config.settings import load_settings
 from routing.messages import validate_message
-from scheduler.callargs import encode_call
-from scheduler.store_bulk import copy_field, copy_line, parse_copy_line
+from scheduler.store.bulk import copy_field, copy_line, parse_copy_line
+from scheduler.wire import encode_call
 from spark.copy_lines import args_json, copy_escape, due_lines, json_strings
 from spark.generate import MIX, generate
 from spark.load import copy_block, store_frame, store_lines

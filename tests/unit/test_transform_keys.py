@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 from config.errors import InvalidSchedule
 from config.settings import load_settings
 from scheduler.bounds import Limits, check_call, check_job_key
-from scheduler.callargs import encode_call
+from scheduler.wire import encode_call
 from spark.parse import parse_json_lines
 from spark.transform import Rules, check
 

@@ -1,0 +1,141 @@
+"""What a setting's value may be: every number's range, the enumerated choices, and
+the checks of text settings (key prefix, metrics address, signing key, database URL,
+no placeholder password), applied to each value as it is read."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from config.buckets import BucketTable
+from config.checks import check_bind, placeholder_problem
+from config.keys import check_prefix
+from config.redact import masked
+from config.signing import check_key
+
+#: Bounds of numeric settings, and the choices of enumerated ones. Every number is
+#: finite, at least its lower bound (the set it is in; none: >= 0) and at most its
+#: AT_MOST entry (none: DEFAULT_AT_MOST); `recur settings` prints each range.
+POSITIVE = frozenset({
+    "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
+    "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
+    "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
+    "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
+    "metrics_top_destinations", "status_interval", "sender_lease", "outage_budget",
+    "min_every", "result_expires"})
+NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
+                          "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds",
+                          "unknown_bucket_grace"})
+FRACTIONS = frozenset({"pull_forward_fraction"})
+AT_LEAST_ONE = frozenset({"lock_max_parked", "reseq_max_entry_bytes",
+                          "max_payload_bytes", "max_deliveries", "max_job_key_bytes",
+                          "max_call_bytes", "flower_port"})
+HOUR, DAY = 3600, 86400
+#: Upper bounds: above one is a typo or a unit mistake (ms for s), not a deployment.
+AT_MOST: dict[str, float] = {
+    # a job key PostgreSQL can index beside a user id; a call that fits one frame
+    "max_job_key_bytes": 1800, "max_call_bytes": 120_000,
+    "max_payload_bytes": 1 << 20,  # a message carries references to data, not the data
+    "max_deliveries": 100, "send_retries": 100,  # more is a retry loop, not resilience
+    "work_scale": 1000, "completion_log_maxlen": 10_000_000, "reseq_capacity": 10_000_000,
+    "flower_port": 65535, "metrics_port": 65535,  # TCP ports
+    "low_watermark": 1_000_000_000, "high_watermark": 1_000_000_000,  # a benchmark: never
+    "drain_batch": 100_000, "drain_threads": 64, "metrics_top_destinations": 1000,
+    "pull_forward_fraction": 1,
+    # waits and timeouts: an hour for a network call or a poll, a day or a week for a budget
+    "send_timeout": 300, "send_backoff": HOUR, "send_backoff_max": HOUR,
+    "sender_lease": HOUR, "lock_reap_interval": HOUR, "lock_chain_seconds": HOUR,
+    "outage_budget": HOUR, "metrics_refresh": HOUR, "scheduler_interval": 60,
+    "reseq_gap_timeout": DAY, "lock_ttl": DAY, "schedule_threshold": DAY,
+    "pull_forward_min_seconds": DAY, "status_interval": DAY, "min_every": DAY,
+    "unknown_bucket_grace": DAY, "lease_seconds": 7 * DAY, "lock_gap_timeout": 7 * DAY,
+    "lock_wait_budget": 30 * DAY,
+    # a user's line and one resequencer result: Redis memory, not a throughput knob
+    "lock_max_parked": 10_000_000, "reseq_max_entry_bytes": 1 << 23, "result_expires": 30 * DAY,
+}
+#: Upper bound of a numeric setting without its own AT_MOST entry: finite, at least.
+DEFAULT_AT_MOST = 1_000_000_000
+CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
+
+
+def check_values(values: dict[str, Any], table: BucketTable) -> None:
+    """Refuse a value out of its bounds (one setting at a time, as it is read)."""
+    for name, value in values.items():
+        _check_bounds(name, value)
+        _check_text(name, value)
+    _check_database_url(values.get("database_url", "sqlite://"))
+    for name in filter(None, values.get("pull_forward", "").split(",")):
+        if name.strip() not in table.names:
+            raise ValueError(f"pull_forward names unknown bucket {name.strip()!r} "
+                             f"(buckets: {', '.join(table.names)})")
+
+
+def is_numeric(kind: Any) -> bool:
+    """Whether a field of type ``kind`` is a number, and so has a range."""
+    return kind in (int, float, "int", "float")
+
+
+def number_bounds(name: str) -> tuple[float, float, bool]:
+    """(lowest, highest, whether the lowest itself is refused) of numeric setting ``name``."""
+    high = 1 if name in FRACTIONS else AT_MOST.get(name, DEFAULT_AT_MOST)
+    if name in POSITIVE:
+        return 0, high, True
+    return (1 if name in AT_LEAST_ONE else 0), high, False
+
+
+def bounds_text(name: str) -> str:
+    """A numeric setting's documented range, as `recur settings` prints it."""
+    low, high, excluded = number_bounds(name)
+    return f"above {low}, at most {_num(high)}" if excluded else f"{low} to {_num(high)}"
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _check_number(name: str, value: float) -> None:
+    low, high, excluded = number_bounds(name)
+    if (low < value if excluded else low <= value) and value <= high:  # nan fails both
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        problem = "must be a finite number"
+    elif value > high:
+        problem = f"must be at most {_num(high)}"
+    elif excluded:
+        problem = "must be positive"
+    else:
+        problem = "must not be negative" if low == 0 else f"must be at least {low}"
+    if name in FRACTIONS:
+        problem = "must be between 0 and 1"
+    raise ValueError(f"{name} {problem} ({bounds_text(name)}), got {value!r}")
+
+
+def _check_bounds(name: str, value: Any) -> None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        _check_number(name, value)
+    if name in CHOICES and value not in CHOICES[name]:
+        raise ValueError(f"{name} must be {' or '.join(map(repr, CHOICES[name]))}")
+
+
+def _check_text(name: str, value: Any) -> None:
+    """The key prefix, the metrics address, and no placeholder password anywhere."""
+    if name == "key_prefix":
+        check_prefix(value)
+    if name == "metrics_bind":
+        check_bind(value)
+    if name == "signing_key":
+        check_key(value)
+    problem = placeholder_problem(name, value)
+    if problem:
+        raise ValueError(problem)
+
+
+def _check_database_url(url: str) -> None:
+    """Refuse URLs SQLAlchemy would fail on late and obscurely, with the fix."""
+    scheme = url.partition("://")[0]
+    if scheme in ("postgres", "postgresql", "postgresql+psycopg2"):
+        fixed = masked("postgresql+psycopg://" + url.partition("://")[2], stop_at_space=False)
+        raise ValueError(f"use {fixed} (recur talks to PostgreSQL through psycopg 3; "
+                         f"SQLAlchemy has no driver for {scheme}://)")
+    if not url.startswith(("sqlite:", "postgresql+psycopg:")):
+        raise ValueError("must be sqlite:///<file> or postgresql+psycopg://user@host/db")

@@ -1,0 +1,98 @@
+"""Each setting's text as its field's type: numbers, switches, lists and mappings.
+
+A value that does not parse is a ValueError saying what was expected; the
+caller (:func:`config.settings.problems`) names the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+from config.bucketfile import NAME
+from config.buckets import BucketTable
+from config.destination_policy import parse_policies, parse_statuses
+
+
+def _parse_kinds(raw: str, table: BucketTable) -> Mapping[str, str]:
+    kinds = dict(table.kinds)
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        kind, sep, bucket = item.partition(":")
+        if not sep or not NAME.fullmatch(kind.strip()) or not bucket.strip():
+            raise ValueError(f"{item!r:.80} is not 'kind:bucket' (a kind is letters, digits, "
+                             "'_', '-' or '.')")
+        if bucket.strip() not in table.names:
+            raise ValueError(f"kind {kind.strip()!r} maps to unknown bucket {bucket.strip()!r}"
+                             f" (buckets: {', '.join(table.names)})")
+        kinds[kind.strip()] = bucket.strip()
+    return MappingProxyType(kinds)
+
+
+def _parse_steps(raw: str) -> Mapping[str, str]:
+    steps = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        destination, sep, task = (text.strip() for text in item.partition(":"))
+        if not sep or not destination or not task:
+            raise ValueError(f"{item!r} is not 'destination:task.name'")
+        steps[destination] = task
+    return MappingProxyType(steps)
+
+
+#: A destination's name: part of its Redis keys (a hash tag) and of its dead-letter queue.
+DESTINATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def _parse_destinations(raw: str) -> Mapping[str, str]:
+    destinations = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, url = (text.strip() for text in item.partition(":"))
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise ValueError(f"{item!r} is not 'name:http(s)://...'")
+        if not DESTINATION_NAME.fullmatch(name):
+            raise ValueError(f"destination name {name[:70]!r} may hold only letters, digits and "
+                             "'_.-' (at most 64; it names Redis keys and a dead-letter queue)")
+        destinations[name] = url
+    return MappingProxyType(destinations)
+
+
+def _parse_imports(raw: str) -> tuple[str, ...]:
+    names = tuple(filter(None, (part.strip() for part in raw.split(","))))
+    for name in names:
+        if not all(part.isidentifier() for part in name.split(".")):
+            raise ValueError(f"{name!r} is not a module name like 'myapp.tasks'")
+    return names
+
+
+def _parse_bool(raw: str) -> bool:
+    """A switch: 1/true/yes or 0/false/no (any case); anything else is a mistake, not off."""
+    word = raw.strip().lower()
+    if word in ("1", "true", "yes"):
+        return True
+    if word in ("0", "false", "no"):
+        return False
+    raise ValueError("must be 1, 0, true, false, yes or no")
+
+
+def parse_value(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
+    """A setting's raw text as its field's type (ValueError saying why it is not one)."""
+    if name == "kinds":
+        return _parse_kinds(raw, table)
+    if name == "imports":
+        return _parse_imports(raw)
+    if name == "destinations":
+        return _parse_destinations(raw)
+    if name == "reseq_steps":
+        return _parse_steps(raw)
+    if name == "destination_outage_statuses":
+        return parse_statuses(raw)
+    if name == "destination_policies":
+        return parse_policies(raw)
+    if kind in (bool, "bool"):
+        return _parse_bool(raw)
+    if kind in (int, "int"):
+        return int(raw)
+    if kind in (float, "float"):
+        return float(raw)
+    return raw

@@ -1,0 +1,145 @@
+"""The broker boundary: connecting, reading a queue's depth, and the one translator
+of the broker drivers' errors (kombu, py-amqp, sockets) into :class:`BrokerUnavailable`.
+
+Every module that talks to the broker goes through here for these, so a broker that
+is down, refuses or breaks a connection is always one ``BrokerUnavailable`` saying
+where it happened, and callers catch recur's error, never the driver's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import amqp.exceptions
+import kombu.exceptions
+from amqp.exceptions import NotFound
+from kombu import Connection
+
+from config.errors import BrokerUnavailable, register_driver
+
+register_driver(kombu.exceptions.OperationalError, "broker")
+register_driver(amqp.exceptions.AMQPError, "broker")
+
+#: What the drivers raise for a broker that is down, refuses, or broke the connection:
+#: sockets (``OSError``, ``socket.timeout``), py-amqp's connection and channel errors,
+#: and kombu's wrapper of them.
+BROKER_ERRORS: tuple[type[BaseException], ...] = (
+    OSError, amqp.exceptions.AMQPError, kombu.exceptions.OperationalError)
+
+
+def unavailable(where: str, exc: BaseException, *, named: bool = False) -> BrokerUnavailable:
+    """The error for ``exc``: ``"<where>: <exc>"`` (``named``: with its class name)."""
+    said = f"{type(exc).__name__}: {exc}" if named else str(exc)
+    return BrokerUnavailable(f"{where}: {said}")
+
+
+class broker_errors:
+    """``with broker_errors(where):`` a driver's error in the block is raised as
+    :class:`BrokerUnavailable` (never swallowed: code after the block is reached only
+    when the block ended normally)."""
+
+    def __init__(self, where: str, *, named: bool = False) -> None:
+        self.where, self.named = where, named
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, _type: type[BaseException] | None, exc: BaseException | None,
+                 _tb: TracebackType | None) -> None:
+        if isinstance(exc, BROKER_ERRORS):
+            raise unavailable(self.where, exc, named=self.named) from exc
+
+
+def connect(conn: Connection, *, retry: bool = False) -> None:
+    """Connect ``conn`` (``retry``: kombu's ``ensure_connection``, one retry); any
+    failure is one :class:`BrokerUnavailable` at once, not kombu's retries and traceback."""
+    try:
+        if retry:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=5)
+        else:
+            conn.connect()
+    except Exception as exc:  # kombu raises whatever its transport raised
+        raise unavailable(f"broker {conn.as_uri()}: cannot connect", exc, named=True) from exc
+
+
+def release(conn: Connection) -> None:
+    """Release ``conn``; one that already broke has nothing left to release."""
+    with contextlib.suppress(*BROKER_ERRORS):
+        conn.release()
+
+
+def close_channel(channel: Any) -> None:
+    """Close ``channel``; a broken one is closed by the broker itself."""
+    with contextlib.suppress(*BROKER_ERRORS):
+        channel.close()
+
+
+@contextlib.contextmanager
+def operator_session(conn: Connection) -> Iterator[Connection]:
+    """``conn`` connected for an operator command, released at the end; a queue that
+    does not exist is named with the command that declares it."""
+    try:
+        connect(conn, retry=True)
+        try:
+            yield conn
+        except NotFound as exc:
+            raise BrokerUnavailable(f"broker {conn.as_uri()}: {exc.reply_text}: run "
+                                    f"`recur topology` to declare the queues") from exc
+        except (*conn.connection_errors, *conn.channel_errors) as exc:
+            raise unavailable(f"broker {conn.as_uri()}", exc, named=True) from exc
+    finally:
+        conn.release()
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """What the broker says of one queue: messages ready and consumers attached."""
+
+    name: str
+    messages: int
+    consumers: int
+
+
+def queue_stats(channel: Any, name: str) -> QueueStats:
+    """The one read of a queue's depth: a passive declare (never creates the queue;
+    a missing one raises the driver's ``NotFound`` and closes ``channel``)."""
+    _, messages, consumers = channel.queue_declare(queue=name, passive=True)
+    return QueueStats(name, int(messages), int(consumers))
+
+
+def queue_depth(connection: Connection, name: str) -> int:
+    """Messages ready in queue ``name``, read on a channel of its own."""
+    with connection.channel() as channel:
+        return queue_stats(channel, name).messages
+
+
+def inspect_queues(broker_url: str, names: list[str]) -> dict[str, QueueStats | None]:
+    """Depth and consumers of each queue (None: not declared), on one short connection.
+
+    A passive declare of a missing queue closes its channel (404), so each queue
+    gets its own channel; the connection survives. Never creates a queue.
+    """
+    found: dict[str, QueueStats | None] = {}
+    conn = Connection(broker_url, connect_timeout=5)
+    try:
+        connect(conn)
+        for name in names:
+            channel = conn.channel()
+            try:
+                found[name] = queue_stats(channel, name)
+            except NotFound:
+                found[name] = None
+                continue
+            except (*conn.connection_errors, *conn.channel_errors) as exc:
+                raise unavailable(f"broker {conn.as_uri()}: cannot read queue {name}",
+                                  exc) from exc
+            with contextlib.suppress(*conn.connection_errors, *conn.channel_errors):
+                channel.close()
+    finally:
+        with contextlib.suppress(Exception):
+            conn.release()
+    return found

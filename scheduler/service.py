@@ -1,0 +1,69 @@
+"""``recur scheduler``: the process around the drain loop (scheduler/drain.py).
+
+Start-up checks, the store opened once the database answers, the broker
+publisher that declares the topology on every (re)connect, the beat schedule
+handed in by the caller (the Celery app's, so the scheduler never imports the
+app), and SIGTERM/SIGINT finishing the batch in hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Mapping
+from types import FrameType
+from typing import Any
+
+from config.errors import ServiceUnavailable
+from config.settings import Settings
+from routing.queues import TASK_EXCHANGE, declare_topology
+from routing.redis_check import check_redis_at_start
+from scheduler.drain import Scheduler, check_watermarks
+from scheduler.outages import Backoff
+from scheduler.periodic import entries_from_beat
+from scheduler.publisher import ConfirmingPublisher
+from scheduler.store import DueStore
+
+log = logging.getLogger("recur.scheduler")
+
+
+def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
+    """Open the store, waiting out a database that is down (None if stopped first)."""
+    backoff = Backoff()
+    while not stopping.is_set():
+        try:
+            return DueStore.open(cfg.database_url)
+        except ServiceUnavailable as exc:
+            wait = backoff.next()
+            log.warning("%s; retrying in %.1fs", exc, wait)
+            stopping.wait(wait)
+    return None
+
+
+def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] | None) -> None:
+    """``recur scheduler``: run until SIGTERM/SIGINT, finishing the batch in hand.
+
+    ``beat_schedule`` is the Celery app's (``app.conf.beat_schedule``): its entries
+    are the periodic entries the scheduler fires.
+    """
+    check_watermarks(cfg)
+    check_redis_at_start(cfg, "scheduler")  # the deployment's Redis (routing/redis_check.py)
+    stopping = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        log.info("%s: stopping after the batch in hand", signal.Signals(signum).name)
+        stopping.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    store = open_store(cfg, stopping)
+    if store is None:
+        return
+    publisher = ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name,
+                                    on_connect=lambda conn: declare_topology(conn, cfg))
+    periodic = entries_from_beat(beat_schedule or {}, cfg)
+    try:
+        Scheduler(store, publisher, cfg, stopping, periodic).run()
+    finally:
+        store.close()

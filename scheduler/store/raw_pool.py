@@ -1,0 +1,150 @@
+"""The hot path's statements: compiled once for PostgreSQL, run on a few psycopg connections.
+
+SQLAlchemy's per-execution work was most of a worker's cost per job and a third
+of the drain's, so the worker's per-job statements and the scheduler's dispatch
+run here instead; everything else goes through the engine.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine
+
+from config.errors import StoreUnavailable
+from scheduler.store.connection import connect_raw, translated
+from scheduler.store.queries import Statement
+from scheduler.store.text_queries import DURABLE_TRANSACTION, SETTLE_SESSION
+
+#: Runs one statement in a transaction: (statement, parameters) → rows.
+Run = Callable[[Statement, dict[str, Any]], list[tuple[Any, ...]]]
+
+
+class RawStatements:
+    """Statements compiled once for PostgreSQL, run on a small pool of psycopg connections.
+
+    A thread takes a connection for one statement (or one transaction) and gives
+    it back: a threads-pool worker runs hundreds of tasks at once, and a
+    connection per thread would exhaust PostgreSQL's max_connections (100 by
+    default); a few connections carry them all (each statement is one round trip).
+    """
+
+    #: Connections one store opens at most; threads beyond wait for a free one.
+    MAX_CONNECTIONS = 8
+    #: Seconds a thread waits for a free connection before the store counts as down.
+    CHECKOUT_TIMEOUT = 30.0
+
+    def __init__(self, engine: Engine, url: str) -> None:
+        self.url = url
+        self._engine = engine
+        self._dialect = engine.dialect
+        self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
+        self._free: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
+        self._all: list[psycopg.Connection[Any]] = []
+        self._lock = threading.Lock()
+        #: Connections found broken so far (the settle journal writes again after one).
+        self.broken = 0
+        # A store dropped without close() still closes its connections.
+        weakref.finalize(self, _close_all, self._all)
+
+    def _sql(self, stmt: Statement) -> tuple[str, dict[str, Any]]:
+        if id(stmt) not in self._compiled:
+            compiled = stmt.compile(dialect=self._dialect)
+            self._compiled[id(stmt)] = (str(compiled), dict(compiled.params))
+        return self._compiled[id(stmt)]
+
+    def _open(self) -> psycopg.Connection[Any]:
+        conn = connect_raw(self._engine)
+        conn.execute(SETTLE_SESSION)
+        return conn
+
+    def _checkout(self, what: str) -> psycopg.Connection[Any]:
+        """A free connection, a new one while fewer than MAX_CONNECTIONS are open, or
+        the next one given back."""
+        try:
+            conn = self._free.get_nowait()
+        except queue.Empty:
+            with self._lock:
+                grow = len(self._all) < self.MAX_CONNECTIONS
+                if grow:
+                    conn = self._open()  # OperationalError: the caller wraps it
+                    self._all.append(conn)
+            if not grow:
+                try:
+                    conn = self._free.get(timeout=self.CHECKOUT_TIMEOUT)
+                except queue.Empty:
+                    raise StoreUnavailable(f"due-jobs store {self.url}: cannot {what}: no "
+                                           f"free connection in {self.CHECKOUT_TIMEOUT:g}s"
+                                           ) from None
+        if conn.closed:
+            self._discard(conn)
+            return self._checkout(what)
+        return conn
+
+    def _discard(self, conn: psycopg.Connection[Any]) -> None:
+        """Drop a broken connection (a new one is opened when needed)."""
+        with self._lock:
+            self.broken += 1
+            if conn in self._all:
+                self._all.remove(conn)
+        conn.close()
+
+    @contextmanager
+    def _connection(self, what: str) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for one statement or transaction; psycopg errors become ours (a
+        broken connection is dropped)."""
+        conn = None
+
+        def broken() -> None:
+            nonlocal conn
+            if conn is not None:
+                self._discard(conn)
+                conn = None
+
+        try:
+            with translated(f"due-jobs store {self.url}: cannot {what}",
+                            f"due-jobs store {self.url}: {what} failed", on_outage=broken):
+                conn = self._checkout(what)
+                yield conn
+        finally:
+            if conn is not None:
+                self._free.put(conn)
+
+    def execute(self, what: str, stmt: Statement, params: dict[str, Any]) -> tuple[Any, int]:
+        sql, defaults = self._sql(stmt)
+        with self._connection(what) as conn:
+            cur = conn.execute(sql, {**defaults, **params})
+            return (cur.fetchone() if cur.description else None), cur.rowcount
+
+    @contextmanager
+    def transaction(self, what: str) -> Iterator[Run]:
+        """A durable transaction on one connection: yields ``run(stmt, params)``
+        returning the rows (the per-job statements' ``synchronous_commit off`` is
+        switched back on for it)."""
+        with self._connection(what) as conn:
+            def run(stmt: Statement, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+                sql, defaults = self._sql(stmt)
+                cur = conn.execute(sql, {**defaults, **params})
+                return cur.fetchall() if cur.description else []
+
+            with conn.transaction():
+                conn.execute(DURABLE_TRANSACTION)
+                yield run
+
+    def close(self) -> None:
+        with self._lock:
+            _close_all(self._all)
+        while not self._free.empty():
+            self._free.get_nowait()
+
+
+def _close_all(connections: list[psycopg.Connection[Any]]) -> None:
+    for conn in connections:
+        conn.close()
+    connections.clear()

@@ -1,0 +1,159 @@
+"""The due-jobs tables as SQLAlchemy Core objects (the migrations create them).
+
+Timestamps are always timezone-aware UTC in Python. PostgreSQL stores them as
+``timestamptz``; SQLite, which has no time zone type, as naive UTC text in
+SQLAlchemy's sortable format, so ``due_at <= :now`` compares correctly.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Dialect,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    SmallInteger,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.types import TypeDecorator
+
+#: Row states: waiting for its time, or published and leased to a worker.
+SCHEDULED = 0
+DISPATCHED = 1
+#: Set aside by the scheduler: the broker cannot take the row's message (too large, a
+#: bucket no longer in the table, a call that cannot be decoded). No index covers the
+#: state (they are partial on 0 and 1), so no claim, recovery or drain sees it again;
+#: ``due_set_aside`` holds why (scheduler/store/aside.py).
+SET_ASIDE = 2
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every database; naive values are refused."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: give a timezone-aware UTC time")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # SQLite CURRENT_TIMESTAMP defaults
+            value = datetime.fromisoformat(value)
+        moment: datetime = value
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+
+NOW = text("CURRENT_TIMESTAMP")
+metadata = MetaData()
+
+#: The task names the rows refer to by a small code: at tens of millions of
+#: rows a 22-byte name in every row was a tenth of the table.
+due_tasks = Table(
+    "due_tasks", metadata,
+    Column("code", SmallInteger, primary_key=True),
+    Column("name", Text, nullable=False, unique=True),
+)
+
+due_jobs = Table(
+    "due_jobs", metadata,
+    # When the scheduler acts on the row next: for a scheduled row its due
+    # time, for a dispatched one the end of its lease (like a queue's
+    # visibility timeout). One column for both keeps every column NOT NULL,
+    # so PostgreSQL rows carry no null bitmap: 16 bytes less per row.
+    Column("due_at", UtcDateTime, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False, server_default=NOW),
+    Column("updated_at", UtcDateTime, nullable=False, server_default=NOW),
+    Column("token", Integer, nullable=False, server_default=text("0")),
+    Column("attempts", SmallInteger, nullable=False, server_default=text("0")),
+    Column("state", SmallInteger, nullable=False, server_default=text("0")),
+    Column("task_id", SmallInteger, nullable=False),
+    Column("job_key", Text, primary_key=True),
+    Column("bucket", Text, nullable=False),
+    Column("args", Text, nullable=False),
+    # The earliest time the idle pull-forward may dispatch a scheduled row (its
+    # floor, scheduler/pullforward.py); NO_FLOOR for rows that never ran.
+    Column("early_at", UtcDateTime, nullable=False, server_default=text("'1970-01-01'")),
+    # Runs that rescheduled the job (shown by `recur jobs show`).
+    Column("runs", Integer, nullable=False, server_default=text("0")),
+    # The drain reads the earliest scheduled rows of one bucket: partial, so
+    # dispatched rows cost nothing in it.
+    Index("ix_due_jobs_scheduled", "bucket", "due_at",
+          postgresql_where=text("state = 0"), sqlite_where=text("state = 0")),
+    # The lease monitor reads the dispatched rows whose lease ran out.
+    Index("ix_due_jobs_leased", "due_at",
+          postgresql_where=text("state = 1"), sqlite_where=text("state = 1")),
+    # The pull-forward reads the scheduled rows of one bucket whose floor passed.
+    Index("ix_due_jobs_early", "bucket", "early_at", "due_at",
+          postgresql_where=text("state = 0"), sqlite_where=text("state = 0")),
+    # ix_due_jobs_user (USER_SQL, job_key): one user's rows, built by migration 0005.
+)
+
+#: No pull-forward floor: the ``early_at`` of rows that never ran (the column default).
+NO_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)
+
+#: The user id of a row's message, as migration 0005 indexes it (``ix_due_jobs_user``):
+#: a query must use exactly this text for the index to serve it.
+USER_SQL = {
+    "postgresql": ("(CASE WHEN left(args, 1) = '[' THEN args::json ->> 0 ELSE "
+                   "coalesce(args::json #>> '{args,0,user_id}', "
+                   "args::json #>> '{kwargs,message,user_id}') END)"),
+    "sqlite": ("(CASE WHEN substr(args, 1, 1) = '[' THEN json_extract(args, '$[0]') ELSE "
+               "coalesce(json_extract(args, '$.args[0].user_id'), "
+               "json_extract(args, '$.kwargs.message.user_id')) END)"),
+}
+
+#: Buckets whose due jobs the scheduler does not dispatch (`recur bucket pause`).
+bucket_pauses = Table(
+    "bucket_pauses", metadata,
+    Column("bucket", Text, primary_key=True),
+    Column("paused_at", UtcDateTime, nullable=False),
+)
+
+#: Running totals the scheduler keeps per bucket (e.g. expired leases recovered).
+due_counters = Table(
+    "due_counters", metadata,
+    Column("bucket", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("value", BigInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("bucket", "name"),
+)
+
+#: Why each set-aside row (state SET_ASIDE) was set aside: a table of its own, so the
+#: tens of millions of other rows carry no reason column. An entry whose row is no
+#: longer set aside (cancelled, replayed, written again) is ignored and swept.
+due_set_aside = Table(
+    "due_set_aside", metadata,
+    Column("job_key", Text, primary_key=True),
+    Column("bucket", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("set_at", UtcDateTime, nullable=False),
+    Index("ix_due_set_aside_bucket", "bucket", "set_at"),
+)
+
+#: Beat-style entries: each period, one due job is written for it.
+periodic_entries = Table(
+    "periodic_entries", metadata,
+    Column("name", Text, primary_key=True),
+    Column("task", Text, nullable=False),
+    Column("bucket", Text, nullable=False),
+    Column("args", Text, nullable=False),
+    Column("schedule", Text, nullable=False),
+    Column("next_run_at", UtcDateTime, nullable=False),
+    Column("last_run_at", UtcDateTime, nullable=True),
+)

@@ -1,0 +1,5 @@
+"""``python -m tasks.cli …``: the same as the ``recur`` console script."""
+
+from config.entry import main
+
+main()

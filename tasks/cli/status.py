@@ -1,0 +1,168 @@
+"""``recur status``: what the store, the broker and Redis hold, and whether each answered.
+
+Every service is asked even when another failed, so the table shows what could be
+read ("?" for the rest). Each service that could not be read is one ``recur: …``
+line on stderr and makes the exit code 2; queues that do not exist yet are one
+readable line (not a failure: ``recur topology`` declares them). Reading never
+creates anything: no database file, no queue.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from config.buckets_in_use import bucket_table
+from config.errors import EXIT_ERROR, RecurError, one_line
+from config.settings import Settings, settings
+from routing.broker import QueueStats, inspect_queues
+from routing.queues import missing_queues_line
+from tasks.cli import status_table as st
+from tasks.cli.group import cli
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object, for machines.")
+def status(as_json: bool) -> None:
+    """Per bucket: scheduled, due now, lag, dispatched, leases, dead, queue depth.
+
+    Exit code 2 when the store, the broker or Redis cannot be read.
+    """
+    sys.exit(run(settings(), as_json))
+
+
+@dataclass
+class Report:
+    """What ``recur status`` found, and what it could not read."""
+
+    buckets: list[st.BucketStatus] = field(default_factory=list)
+    destinations: list[Any] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    #: Buckets paused by `recur bucket pause`, and since when (None: unknown).
+    paused: dict[str, datetime] | None = None
+
+
+def _failure(exc: Exception) -> str:
+    line = one_line(exc)
+    if line is None:
+        raise exc
+    return line
+
+
+def read_queues(cfg: Settings, report: Report) -> dict[str, QueueStats | None]:
+    names = [n for b in bucket_table().buckets for n in (b.queue, b.dead_queue)]
+    try:
+        found = inspect_queues(cfg.broker_url, names)
+    except RecurError as exc:
+        report.failures.append(_failure(exc))
+        return {}
+    note = missing_queues_line(found)
+    if note:
+        report.notes.append(note)
+    return found
+
+
+def read_store(cfg: Settings, report: Report,
+               queues: dict[str, QueueStats | None]) -> None:
+    from scheduler.calls import utcnow
+    from scheduler.store import DueStore
+    from scheduler.store.control import JobControl
+
+    def depth(name: str) -> int | None:
+        stats = queues.get(name)
+        return None if stats is None else stats.messages
+
+    depths = {b.queue: depth(b.queue) for b in bucket_table().buckets}
+    dead = {b.name: depth(b.dead_queue) for b in bucket_table().buckets}
+    try:
+        store = DueStore.open(cfg.database_url)
+        try:
+            rows = st.collect(store, depths, utcnow())
+            report.paused = JobControl(store).paused()
+        finally:
+            store.close()
+    except Exception as exc:
+        report.failures.append(_failure(exc))
+        rows = [st.BucketStatus(b.name, None, None, None, None, None, None, None,
+                                depths[b.queue]) for b in bucket_table().buckets]
+    report.buckets = [st.with_dead_queue(r, dead.get(r.bucket)) for r in rows]
+
+
+def read_destinations(cfg: Settings, report: Report) -> None:
+    from routing.redis_client import get_redis
+    from routing.reseq.state import Resequencer
+
+    try:
+        reseq = Resequencer(get_redis(), cfg)
+        report.destinations = [reseq.status(name) for name in reseq.destinations()]
+    except Exception as exc:
+        report.failures.append(_failure(exc))
+
+
+def collect(cfg: Settings) -> Report:
+    report = Report()
+    queues = read_queues(cfg, report)
+    read_store(cfg, report, queues)
+    read_destinations(cfg, report)
+    return report
+
+
+def destination_line(s: Any) -> str:
+    """One destination's status on one line (and a second naming it while in outage)."""
+    line = (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
+            f"buffered={s.buffered} in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} "
+            f"dead={s.dead_lettered} late={s.late} "
+            f"sender={'running' if s.sender_active else 'idle'}")
+    outage = outage_line(s)
+    return f"{line}\n{outage}" if outage else line
+
+
+def outage_line(s: Any) -> str | None:
+    """The line naming a destination in outage (None: it is not): since when, what it
+    last answered, and which sequence number waits."""
+    o = s.outage
+    if o is None:
+        return None
+    since = datetime.fromtimestamp(o.since, UTC).isoformat(timespec="seconds")
+    return (f"destination {s.destination} in OUTAGE since {since} ({time.time() - o.since:.0f}s, "
+            f"{o.tries} tries held back): {o.reason}; seq {o.seq} and everything after it "
+            f"wait (docs/resequencer.md)")
+
+
+def paused_line(paused: dict[str, datetime]) -> str:
+    """``recur status``'s line about paused buckets."""
+    if not paused:
+        return "paused buckets: none"
+    return "paused buckets: " + ", ".join(f"{b} (since {at.isoformat(timespec='seconds')})"
+                                          for b, at in sorted(paused.items()))
+
+
+def run(cfg: Settings, as_json: bool) -> int:
+    """Print the status; the exit code is 2 when a service could not be read."""
+    report = collect(cfg)
+    if as_json:
+        doc = json.loads(st.as_json(report.buckets))
+        doc["destinations"] = [asdict(d) for d in report.destinations]
+        doc["errors"] = report.failures
+        doc["notes"] = report.notes
+        doc["paused"] = None if report.paused is None else sorted(report.paused)
+        click.echo(json.dumps(doc))
+    else:
+        click.echo(st.as_table(report.buckets))
+        if report.paused is not None:
+            click.echo(paused_line(report.paused))
+        for d in report.destinations:
+            click.echo(destination_line(d))
+        if not report.destinations and not report.failures:
+            click.echo("no resequencer destinations yet")
+    for line in report.notes + report.failures:
+        click.echo(f"recur: {line}", err=True)
+    sys.stderr.flush()
+    return EXIT_ERROR if report.failures else 0
