@@ -118,6 +118,8 @@ def main() -> None:
     parser.add_argument("--before-root", type=Path, required=True)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--parts", default=",".join(STEPS))
+    parser.add_argument("--result", default="restructure",
+                        help="name of the JSON written under bench/results/")
     opts = parser.parse_args()
     parts = [p for p in opts.parts.split(",") if p]
     unknown = [p for p in parts if p not in STEPS]
@@ -134,9 +136,9 @@ def main() -> None:
                 runs[side].append(run_step(root, step))
                 print(f"{step} round {i + 1} {side}: {runs[side][-1]}", flush=True)
         figures[step] = {"runs": runs, "median": summary(runs)}
-    write_result("restructure", {
+    write_result(opts.result, {
         "command": "python -m bench.bench_restructure --before-root <checkout> "
-                   f"--rounds {opts.rounds} --parts {','.join(parts)}",
+                   f"--rounds {opts.rounds} --parts {','.join(parts)} --result {opts.result}",
         "before_root": str(sides["before"]),
         "load_avg_1m_at_each_run": {"min": min(loads), "median": statistics.median(loads),
                                     "max": max(loads)},

@@ -29,6 +29,9 @@ register_driver(amqp.exceptions.AMQPError, "broker")
 #: and kombu's wrapper of them.
 BROKER_ERRORS: tuple[type[BaseException], ...] = (
     OSError, amqp.exceptions.AMQPError, kombu.exceptions.OperationalError)
+#: What a publish through Celery (``apply_async``, a chord) raises for a broker it cannot
+#: use: the above and kombu's other errors (a connection pool that ran out, LimitExceeded).
+PUBLISH_ERRORS: tuple[type[BaseException], ...] = (*BROKER_ERRORS, kombu.exceptions.KombuError)
 
 
 def unavailable(where: str, exc: BaseException, *, named: bool = False) -> BrokerUnavailable:

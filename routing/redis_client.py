@@ -67,6 +67,18 @@ def refused(call: Callable[[], T]) -> tuple[T | None, str]:
         return None, str(exc).partition(", with args")[0].strip()
 
 
+def ping(client: redis.Redis) -> tuple[str, redis.RedisError | None]:
+    """How Redis answers a PING: ``("ok", None)``; ``("refused", exc)`` when it turned
+    recur away (a password or an ACL); ``("unreachable", exc)`` otherwise."""
+    try:
+        client.ping()
+    except (redis.AuthenticationError, redis.ResponseError) as exc:
+        return "refused", exc
+    except redis.RedisError as exc:
+        return "unreachable", exc
+    return "ok", None
+
+
 class Script:
     """One Lua script, run by EVALSHA with its sha worked out once and loaded again on
     NOSCRIPT (Redis restarted). Leaner than redis-py's ``Script``, which rebuilds its

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery import chord, uuid
-from kombu.exceptions import KombuError
 
 from config.errors import ConfigError, InvalidMessage, ServiceUnavailable, UnknownDestination
 from config.settings import Settings, settings
+from routing.broker import PUBLISH_ERRORS
 from routing.messages import validate_message
 from routing.redis_client import get_redis
 from routing.reseq.state import Resequencer
@@ -131,7 +131,7 @@ def submit_batch(destination: str, messages: Sequence[Any],
                 task_id=uuid())
                       for m, a in zip(messages, accepted, strict=True)]
             chord(header)(resequence_batch.s(destination, [sig.id for sig in header]))
-    except (OSError, KombuError) as exc:
+    except PUBLISH_ERRORS as exc:
         raise ServiceUnavailable(f"broker: cannot publish {len(messages)} message(s) for "
                                  f"{destination!r} (seq {first}..): {exc}") from exc
     return accepted

@@ -17,6 +17,7 @@ from config.errors import SchemaOutOfDate, StoreUnavailable
 from config.redact import masked
 from config.settings import Settings
 from routing.redis_check import Finding, check_client, findings
+from routing.redis_client import ping, refused
 from scheduler.store.connection import probe_engine, translated
 from scheduler.store.server import server_setting, table_options
 from tasks.cli.doctor.check import Check, fail, ok, said, warn
@@ -30,12 +31,11 @@ def redis_checks(cfg: Settings) -> list[Check]:
     url = masked(cfg.redis_url)
     client = check_client(cfg.redis_url, TIMEOUT)
     try:
-        try:
-            client.ping()
-        except (redis.AuthenticationError, redis.ResponseError) as exc:
+        answer, exc = ping(client)
+        if exc is not None and answer == "refused":
             return [fail("redis", f"{url} refused recur ({said(exc)}): put its password in "
                                   f"RECUR_REDIS_URL (redis://:<password>@host:6379/0)")]
-        except redis.RedisError as exc:
+        if exc is not None:
             return [fail("redis", f"cannot reach {url}: {said(exc)}: start it, or fix "
                                   f"RECUR_REDIS_URL (Redis settings not checked)")]
         return [ok("redis", f"reachable at {url} (Redis {redis_version(client)})"),
@@ -46,10 +46,8 @@ def redis_checks(cfg: Settings) -> list[Check]:
 
 def redis_version(client: redis.Redis) -> str:
     """The server's version ("?" where INFO is refused: a managed Redis may)."""
-    try:
-        return str(client.info("server").get("redis_version", "?"))
-    except redis.ResponseError:
-        return "?"
+    info, _ = refused(lambda: client.info("server"))
+    return str(info.get("redis_version", "?")) if info else "?"
 
 
 def redis_setting(cfg: Settings, finding: Finding) -> Check:
