@@ -10,6 +10,7 @@
     prefetch = 4             # optional, default 1
     queue = "short"          # optional, default the bucket's name
     work_seconds = 0.05      # optional: process_message's simulated work, <= soft_time_limit
+    jitter = 0.5             # optional, default 0: recurring messages' phase, 0..1 of 'every'
 
     [kinds]
     ping = "short"
@@ -35,7 +36,7 @@ from config.buckets import BUILTIN, POOLS, Bucket, BucketTable, Pool
 from config.errors import BucketsFileError
 
 REQUIRED = ("soft_time_limit", "time_limit", "concurrency", "pool")
-OPTIONAL = ("queue", "prefetch", "work_seconds")
+OPTIONAL = ("queue", "prefetch", "work_seconds", "jitter")
 #: Queue names recur keeps for itself (the resequencer's sends).
 RESERVED_QUEUES = frozenset({"outbound"})
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -123,7 +124,16 @@ def _bucket(where: _Where, name: str, spec: Any) -> Bucket:
                              BOUNDS["prefetch"])),
         concurrency=int(_number(where, name, "concurrency", spec["concurrency"], True,
                                 CONCURRENCY[pool], f" for pool {pool!r}")),
-        pool=cast(Pool, pool), work_seconds=_work(where, name, spec, soft))
+        pool=cast(Pool, pool), work_seconds=_work(where, name, spec, soft),
+        jitter=_jitter(where, name, spec))
+
+
+def _jitter(where: _Where, name: str, spec: Mapping[str, Any]) -> float:
+    """A fraction of the interval: 0 (none) to 1 (the whole interval)."""
+    value = spec.get("jitter", 0.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise where.error(f"must be a fraction from 0 to 1, got {value!r:.60}", name, "jitter")
+    return float(value)
 
 
 def _work(where: _Where, name: str, spec: Mapping[str, Any], soft: float) -> float:

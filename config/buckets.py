@@ -41,6 +41,9 @@ class Bucket:
     #: Simulated I/O seconds of ``tasks.process_message`` for this bucket
     #: (multiplied by RECUR_WORK_SCALE).
     work_seconds: float = 0.0
+    #: Default jitter of the bucket's recurring messages: a fraction 0..1 of their
+    #: interval (routing/jitter.py); 0 keeps "every seconds after the run".
+    jitter: float = 0.0
 
     @property
     def dead_queue(self) -> str:

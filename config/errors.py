@@ -189,3 +189,7 @@ class TaskModuleError(ConfigError):
 
 class ServiceMisconfigured(ConfigError):
     """A service recur depends on is set up to lose what recur writes (docs/security.md)."""
+
+
+class InvalidRateLimit(ConfigError, ValueError):
+    """A ``@rate_limit`` is written wrong (its rate, burst or key); nothing was decorated."""

@@ -19,6 +19,9 @@ key                                    type    holds
 ``<prefix>:lock:wake``                 zset    users to look at again, by due time (ms)
 ``<prefix>:lock:counter``              string  job numbers and fencing tokens
 ``<prefix>:lock:stats``                hash    lock event counters (busy, handovers, ...)
+``<prefix>:rate:{<k>}``                hash    rate-limited key <k>'s GCRA times and
+                                               reserved slots: see tasks/flow/gcra.lua
+``<prefix>:rate:stats``                hash    deferred:<bucket>, waiting:<bucket>
 =====================================  ======  =====================================
 """
 
@@ -117,6 +120,16 @@ def lock_counter(prefix: str) -> str:
 def lock_stats(prefix: str) -> str:
     """Hash of lock event counters, summed over every worker."""
     return f"{prefix}:lock:stats"
+
+
+def rate_limit(prefix: str, key: str) -> str:
+    """Hash of one rate-limited key (``@rate_limit``): its GCRA times and reserved slots."""
+    return f"{prefix}:rate:{{{key}}}"
+
+
+def rate_stats(prefix: str) -> str:
+    """Hash of rate-limit counters per bucket: deferred (ever), waiting (now)."""
+    return f"{prefix}:rate:stats"
 
 
 def celery_prefix(prefix: str) -> str:

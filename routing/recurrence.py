@@ -1,11 +1,15 @@
-"""A recurring message's schedule: ``{"every": <seconds>, "runs": <runs left>}`` in its payload.
+"""A recurring message's schedule: ``{"every": <seconds>, "runs": <runs left>,
+"jitter": <fraction>}`` in its payload.
 
 The one place that reads it: ``tasks.process_message`` asks it for the next
 run, and ``apply_async`` on a task that recurs by its payload checks it
 before anything is written, so a malformed schedule is refused at the call
 (``InvalidMessage`` naming ``payload.every`` or ``payload.runs``), not
 dead-lettered by the worker later. ``every`` is at least RECUR_MIN_EVERY
-(default 0.1 s) and at most ten years; ``runs`` is null or 1 to a billion.
+(default 0.1 s) and at most ten years; ``runs`` is null or 1 to a billion;
+``jitter`` (optional, default the bucket's ``jitter``, itself 0) is a fraction
+from 0 to 1 of ``every``: the job then runs on its key's phase
+(:mod:`routing.jitter`).
 A row stored before the minimum was raised runs at the minimum (the worker
 raises its ``every``), never faster, and is not dead-lettered for it.
 """
@@ -14,10 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from config.errors import InvalidMessage
 from config.settings import settings
+from routing import jitter as phases
 
 #: Ten years: a longer ``every`` is a mistake (and overflows a datetime sooner or later).
 MAX_EVERY = 10 * 365 * 24 * 3600.0
@@ -31,6 +37,8 @@ class Recurrence:
 
     every: float
     runs: int | None
+    #: Fraction of ``every`` the job's phase may take (None: the bucket's default).
+    jitter: float | None = None
 
     @property
     def again(self) -> bool:
@@ -38,7 +46,16 @@ class Recurrence:
         return self.runs is None or self.runs > 1
 
     def after_this_run(self) -> Recurrence:
-        return Recurrence(self.every, None if self.runs is None else self.runs - 1)
+        return Recurrence(self.every, None if self.runs is None else self.runs - 1,
+                          self.jitter)
+
+    def next_due(self, job_key: str, jitter: float, ran_due: float | None,
+                 now: float) -> float | None:
+        """Epoch seconds of the next run on the key's phase (``jitter``: the payload's
+        or the bucket's); None with jitter 0: the caller runs it ``every`` after now."""
+        if jitter <= 0:
+            return None
+        return phases.next_due(job_key, self.every, jitter, ran_due, now)
 
 
 def recurrence_of(payload: Any, min_every: float | None = None) -> Recurrence | None:
@@ -57,7 +74,27 @@ def recurrence_of(payload: Any, min_every: float | None = None) -> Recurrence | 
                              or not 1 <= runs <= MAX_RUNS):
         raise InvalidMessage("payload.runs", f"must be a whole number of runs left from 1 to "
                              f"{MAX_RUNS} or null (forever), got {_shown(runs)}")
-    return Recurrence(float(every), runs)
+    jitter = payload.get("jitter")
+    if jitter is not None and (isinstance(jitter, bool) or not isinstance(jitter, int | float)
+                               or not 0 <= jitter <= 1):
+        raise InvalidMessage("payload.jitter", f"must be a fraction of 'every' from 0 to 1 "
+                             f"or null (the bucket's), got {_shown(jitter)}")
+    return Recurrence(float(every), runs, None if jitter is None else float(jitter))
+
+
+def jittered_due(payload: Any, bucket_jitter: float, job_key: str,
+                 ran_due: datetime | None, now: datetime) -> datetime | None:
+    """When the next run of a recurring message is due on its key's phase, or None
+    when its jitter (the payload's, else the bucket's) is 0: then it is ``every``
+    after now, as without jitter."""
+    recurrence = recurrence_of(payload, min_every=0.0)
+    if recurrence is None:
+        return None
+    jitter = bucket_jitter if recurrence.jitter is None else recurrence.jitter
+    every = max(recurrence.every, settings().min_every)
+    due = Recurrence(every, None).next_due(
+        job_key, jitter, None if ran_due is None else ran_due.timestamp(), now.timestamp())
+    return None if due is None else datetime.fromtimestamp(due, UTC)
 
 
 def _check_every(every: Any, floor: float) -> None:

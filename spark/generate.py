@@ -66,11 +66,12 @@ def _user_uuid(user: Column, seed: int) -> Column:
 
 def generate(spark: SparkSession, count: int, seed: int, partitions: int,
              kinds: Mapping[str, str], every: float | None = None,
-             runs: int | None = None) -> DataFrame:
+             runs: int | None = None, jitter: float | None = None) -> DataFrame:
     """``count`` generated messages as raw rows (ids ``gen-<seed>-<n>``).
 
     With ``every``, each payload also says how the message recurs
-    (``"every": <seconds>, "runs": <runs or null>``, see tasks/process.py).
+    (``"every": <seconds>, "runs": <runs or null>``, see tasks/process.py), and
+    with ``jitter`` its phase (``"jitter": <fraction>``, routing/jitter.py).
     """
     users = max(1, count // JOBS_PER_USER)
     rows = spark.range(count, numPartitions=max(1, partitions))
@@ -84,7 +85,8 @@ def generate(spark: SparkSession, count: int, seed: int, partitions: int,
     data = F.substring(F.lit(DATA_ALPHABET), (F.floor(_uniform(n, seed, 6) * 64) + 1).cast("int"),
                        (F.floor(_uniform(n, seed, 5) * 61) + 4).cast("int"))
     recurrence = "" if every is None else (
-        f',"every":{every:g},"runs":{"null" if runs is None else runs}')
+        f',"every":{every:g},"runs":{"null" if runs is None else runs}'
+        + ("" if jitter is None else f',"jitter":{jitter:g}'))
     payload = F.concat(F.lit('{"n":'), n.cast("string"), F.lit(',"data":"'), data,
                        F.lit(f'"{recurrence}}}'))
     use_kind = with_kind & kind.isNotNull()

@@ -73,7 +73,7 @@ def source_frame(spark: SparkSession, opts: SeedOptions, rules: Rules) -> DataFr
     partitions = opts.partitions or max(spark.sparkContext.defaultParallelism,
                                         -(-opts.generate // GENERATED_PER_PARTITION))
     return generate(spark, opts.generate, opts.seed, partitions, rules.kinds,
-                    opts.every, opts.runs)
+                    opts.every, opts.runs, opts.jitter)
 
 
 def guard_rejects_path(path: str) -> None:
@@ -132,7 +132,7 @@ def load_plan(opts: SeedOptions, checked: DataFrame) -> LoadPlan:
         return LoadPlan(sink_frame(checked, {"line": message_json()}), message_lines,
                         broker_sink(opts.broker_url), opts.batch, opts.max_connections)
     check_store(opts.database_url)
-    frame = store_frame(checked, opts.start or datetime.now(UTC), opts.spread)
+    frame = store_frame(checked, opts.start or datetime.now(UTC), opts.spread, opts.phased)
     lines = store_lines(register_task(opts.database_url, TASK))
     if is_sqlite(opts.database_url):  # one writer: more connections would only queue
         return LoadPlan(frame, lines, store_sink(opts.database_url), SQLITE_CHUNK, 1)

@@ -47,22 +47,24 @@ LinesOf = Callable[[pa.RecordBatch], pa.Array]
 DRAIN_ORDER = [("bucket", "ascending"), ("due_text", "ascending")]
 
 
-def store_frame(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
+def store_frame(checked: DataFrame, start: datetime, spread_seconds: float,
+                phased: tuple[float, float] | None = None) -> DataFrame:
     """The sink frame for the store: ``LINE_COLUMNS`` of valid rows (due times
     placed and written as text), the reject columns of the others."""
     value = {"job_key": F.col("id"), "bucket": F.col("resolved_bucket"),
-             "due_text": F.date_format(first_due(start, spread_seconds), DUE_TEXT)}
+             "due_text": F.date_format(first_due(start, spread_seconds, phased), DUE_TEXT)}
     return sink_frame(checked, {name: value.get(name, F.col(name)) for name in LINE_COLUMNS})
 
 
-def due_jobs(checked: DataFrame, start: datetime, spread_seconds: float) -> DataFrame:
+def due_jobs(checked: DataFrame, start: datetime, spread_seconds: float,
+             phased: tuple[float, float] | None = None) -> DataFrame:
     """The valid rows as due-jobs rows (``DUE_COLUMNS``): the transform's output as a
     frame, ``args`` encoded by ``spark.copy_lines`` exactly as the loader's COPY
     lines carry it (the loader itself streams the lines, not this frame)."""
     rows = checked.where(F.col("reason").isNull()).select(
         F.col("id").alias("job_key"), F.lit(TASK).alias("task"),
         F.col("resolved_bucket").alias("bucket"), "user_id", "kind", "payload_text",
-        first_due(start, spread_seconds).alias("due_at"))
+        first_due(start, spread_seconds, phased).alias("due_at"))
 
     def encode(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:

@@ -61,6 +61,14 @@ class SeedOptions:
     master: str | None
     every: float | None = None
     runs: int | None = None
+    jitter: float | None = None
+
+    @property
+    def phased(self) -> tuple[float, float] | None:
+        """(every, jitter) when first due times go on each key's phase (--jitter)."""
+        if self.every is None or not self.jitter:
+            return None
+        return self.every, self.jitter
 
 
 def parser() -> argparse.ArgumentParser:
@@ -100,7 +108,22 @@ def parser() -> argparse.ArgumentParser:
                    help="With --generate: messages recur this often (payload 'every').")
     p.add_argument("--runs", type=positive, help="With --every: runs of each message "
                    "(default: forever).")
+    p.add_argument("--jitter", type=fraction, metavar="FRACTION",
+                   help="With --every: each message's phase, 0 to 1 of the interval, from a "
+                   "hash of its id; first due times go on it (replaces --spread) and the "
+                   "worker keeps them there (payload 'jitter', docs/flow-control.md).")
     return p
+
+
+def fraction(text: str) -> float:
+    """A number from 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction from 0 to 1")
+    return value
 
 
 def parse_options(argv: list[str]) -> SeedOptions:
@@ -111,4 +134,6 @@ def parse_options(argv: list[str]) -> SeedOptions:
         p.error("--every only applies to --generate (an input file's payloads say it)")
     if opts.runs is not None and opts.every is None:
         p.error("--runs needs --every")
+    if opts.jitter is not None and opts.every is None:
+        p.error("--jitter needs --every")
     return opts

@@ -24,6 +24,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from config.settings import Settings
+from routing.jitter import HASH_BITS, HASH_HEX, SLACK
 from routing.messages import MAX_ID_LENGTH
 from scheduler.bounds import CONTROL as BOUNDS_CONTROL
 from scheduler.bounds import NUL_REASON
@@ -212,14 +213,30 @@ def message_json() -> Column:
                     F.lit(',"payload":'), F.col("payload_text"), F.lit("}]}"))
 
 
-def first_due(start: datetime, spread_seconds: float) -> Column:
+def first_due(start: datetime, spread_seconds: float,
+              phased: tuple[float, float] | None = None) -> Column:
     """The row's own due time, or one spread over [start, start + spread) by its id.
 
     A hash of the id (not a random number) places it, so re-runs and retried
-    Spark tasks give every job the same due time.
+    Spark tasks give every job the same due time. With ``phased`` (every, jitter)
+    the spread is jitter's instead: each job's first slot on its key's phase from
+    ``start`` (``routing.jitter.first_due``, the same MD5 and arithmetic).
     """
+    if phased is not None:
+        return F.coalesce(F.try_to_timestamp(F.col("due_at")), phased_due(start, *phased))
     start_ms = int(start.timestamp() * 1000)
     window_ms = max(1, int(spread_seconds * 1000))
     offset = F.pmod(F.xxhash64(F.col("id")), F.lit(window_ms))
     return F.coalesce(F.try_to_timestamp(F.col("due_at")),
                       F.timestamp_millis(F.lit(start_ms) + offset))
+
+
+def phased_due(start: datetime, every: float, jitter: float) -> Column:
+    """``routing.jitter.first_due`` as a column: the first slot ``k * every + phase``
+    at or after ``start``, the phase from the first 52 bits of the id's MD5."""
+    fraction = F.conv(F.substring(F.md5(F.col("id")), 1, HASH_HEX), 16, 10).cast("double") / (
+        F.lit(float(1 << HASH_BITS)))
+    offset = fraction * F.lit(jitter) * F.lit(every)
+    whole = F.ceil((F.lit(start.timestamp() - SLACK) - offset) / F.lit(every))
+    slot = whole * F.lit(every) + offset
+    return F.timestamp_micros(F.round(slot * F.lit(1e6)).cast("long"))

@@ -16,8 +16,10 @@ from typing import Any
 from config.buckets_in_use import bucket_table
 from config.settings import settings
 from routing.messages import Message
-from routing.recurrence import recurrence_of
+from routing.recurrence import jittered_due, recurrence_of
 from routing.redis_client import get_redis
+from scheduler.calls import utcnow
+from scheduler.wire import dispatch_of
 from tasks import completions
 from tasks.app import app
 from tasks.base import MessageTask
@@ -57,6 +59,13 @@ def process_message(self: MessageTask, message: Any) -> dict[str, Any]:
         message_id=msg["id"], bucket=msg["bucket"], worker=self.worker_name,
         redelivered=self.redelivered, started=started, finished=time.time())
     completions.record(get_redis(), settings(), done)
-    if again is not None:
-        self.apply_async((again[1],), countdown=again[0])
+    if again is not None:  # on the job's phase when it has jitter (routing/jitter.py)
+        running = dispatch_of(self.request)
+        due = jittered_due(again[1]["payload"], bucket_table().get(msg["bucket"]).jitter,
+                           msg["id"] if running is None else running.job_key,
+                           None if running is None else running.ran_due, utcnow())
+        if due is None:
+            self.apply_async((again[1],), countdown=again[0])
+        else:
+            self.apply_async((again[1],), eta=due)
     return {"id": msg["id"], "bucket": msg["bucket"], "again": again is not None}

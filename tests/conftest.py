@@ -29,13 +29,14 @@ pytest_plugins = ["tests.support.fixtures", "tests.support.store_fixtures",
 #: Modules outside tests/faults whose tests start long-lived processes or Spark.
 PROCESS_MODULES = frozenset({
     "test_bucket_routing", "test_demo", "test_destination_refusals", "test_distlock_park",
-    "test_distlock_workers",
+    "test_distlock_workers", "test_rate_limit_workers",
     "test_exporter", "test_flower", "test_flower_chromium", "test_head_of_line",
     "test_forged_headers", "test_redis_caps", "test_scheduler_bad_rows", "test_transform_keys",
     "test_job_control_process", "test_process_metrics", "test_redis_startup", "test_resequencer",
     "test_scheduler_cycle", "test_scheduler_process", "test_seed", "test_seed_end_to_end",
     "test_seed_sinks", "test_user_tasks", "test_watermark_schedulers", "test_worker_profile",
-    "test_transform", "test_transform_copy", "test_metrics_access"})
+    "test_transform", "test_transform_copy", "test_metrics_access",
+    "test_jitter_seed", "test_jitter_workers"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -47,6 +47,8 @@ class Report:
     notes: list[str] = field(default_factory=list)
     #: Buckets paused by `recur bucket pause`, and since when (None: unknown).
     paused: dict[str, datetime] | None = None
+    #: Per bucket, scheduled rows due in each of the next minutes (jitter's histogram).
+    due_histogram: dict[str, list[int]] | None = None
 
 
 def _failure(exc: Exception) -> str:
@@ -74,6 +76,7 @@ def read_store(cfg: Settings, report: Report,
     from scheduler.calls import utcnow
     from scheduler.store import DueStore
     from scheduler.store.control import JobControl
+    from scheduler.store.due_histogram import due_histogram
 
     def depth(name: str) -> int | None:
         stats = queues.get(name)
@@ -86,6 +89,8 @@ def read_store(cfg: Settings, report: Report,
         try:
             rows = st.collect(store, depths, utcnow())
             report.paused = JobControl(store).paused()
+            report.due_histogram = due_histogram(store, bucket_table().names, utcnow(),
+                                                 HISTOGRAM_MINUTES)
         finally:
             store.close()
     except Exception as exc:
@@ -144,6 +149,20 @@ def paused_line(paused: dict[str, datetime]) -> str:
                                           for b, at in sorted(paused.items()))
 
 
+#: Minutes ahead the due-time histogram covers.
+HISTOGRAM_MINUTES = 10
+
+
+def histogram_lines(found: dict[str, list[int]] | None) -> list[str]:
+    """A line per bucket with rows due in the next minutes (one line when none has)."""
+    from scheduler.store.due_histogram import histogram_line
+
+    if found is None:
+        return []
+    lines = [histogram_line(b, counts) for b, counts in found.items() if any(counts)]
+    return lines or [f"due per minute, next {HISTOGRAM_MINUTES} min: none"]
+
+
 def run(cfg: Settings, as_json: bool) -> int:
     """Print the status; the exit code is 2 when a service could not be read."""
     report = collect(cfg)
@@ -153,11 +172,14 @@ def run(cfg: Settings, as_json: bool) -> int:
         doc["errors"] = report.failures
         doc["notes"] = report.notes
         doc["paused"] = None if report.paused is None else sorted(report.paused)
+        doc["due_histogram"] = report.due_histogram
         click.echo(json.dumps(doc))
     else:
         click.echo(st.as_table(report.buckets))
         if report.paused is not None:
             click.echo(paused_line(report.paused))
+        for line in histogram_lines(report.due_histogram):
+            click.echo(line)
         for d in report.destinations:
             click.echo(destination_line(d))
         if not report.destinations and not report.failures:

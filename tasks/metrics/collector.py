@@ -12,6 +12,7 @@ from prometheus_client.registry import Collector
 
 from config.buckets_in_use import bucket_table
 from tasks.metrics.destinations import DestinationFigures
+from tasks.metrics.due_times import histogram_gauge
 from tasks.metrics.system import Refresher, Snapshot
 
 #: Every metric the exporter exports (the dashboard test checks panels against it).
@@ -25,7 +26,7 @@ EXPORTED = (
     "recur_resequencer_dead_lettered_total", "recur_destination_outage",
     "recur_destination_refusals_total", "recur_resequencer_destinations", "recur_exporter_up",
     "recur_exporter_age_seconds",
-    "recur_exporter_read_seconds",
+    "recur_exporter_read_seconds", "recur_jobs_due_histogram",
 )
 
 
@@ -93,6 +94,7 @@ class SystemCollector(Collector):
             recovered.add_metric([bucket.name], head.recovered)
             dead.add_metric([bucket.name], head.dead_lettered)
         yield from (scheduled, due, capped, dispatched, lag, recovered, dead)
+        yield histogram_gauge(snap.due_histogram)
 
     def _queues(self, snap: Snapshot) -> Iterable[Any]:
         messages = GaugeMetricFamily("recur_queue_messages", "Messages ready in the queue.",

@@ -33,6 +33,7 @@ from config.settings import Settings
 from routing.broker import QueueStats, inspect_queues
 from routing.queues import all_queue_names
 from tasks.metrics.destinations import DestinationFigures, busiest
+from tasks.metrics.due_times import MINUTES
 from tasks.metrics.lock_source import LockFigures, read_lock_figures
 
 log = logging.getLogger("recur.exporter")
@@ -55,6 +56,8 @@ class Snapshot:
     lock: LockFigures | None = None
     destinations: list[DestinationFigures] = field(default_factory=list)
     destinations_seen: int = 0
+    #: Per bucket, scheduled rows due in each of the next minutes (due_times.py).
+    due_histogram: dict[str, list[int]] = field(default_factory=dict)
     #: source -> monotonic time of its last good read / its last read's duration.
     read_at: dict[str, float] = field(default_factory=dict)
     took: dict[str, float] = field(default_factory=dict)
@@ -141,8 +144,11 @@ class Refresher:
 
     def _read_totals(self, snap: Snapshot) -> None:
         from scheduler.calls import utcnow
+        from scheduler.store.due_histogram import due_histogram
 
         snap.totals = self._open_store().stats(utcnow())
+        snap.due_histogram = due_histogram(self._open_store(), bucket_table().names, utcnow(),
+                                           MINUTES)
 
     def _read_redis(self, snap: Snapshot) -> None:
         from routing.redis_client import get_redis

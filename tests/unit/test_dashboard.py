@@ -34,6 +34,7 @@ def full_snapshot() -> Snapshot:
         lock=LockFigures({"busy": 2, "handovers": 1}, 1),
         destinations=[DestinationFigures("crm", 1, 2, 3, 0, refused={"401": 2})],
         destinations_seen=1,
+        due_histogram={"short": [3, 0]},
         read_at={"store": 0.0}, took={"store": 0.1}, up={"store": True})
 
 

@@ -1,0 +1,89 @@
+"""Rate-limited tasks for the @rate_limit tests and benchmark. Loaded by test workers
+with ``--include tests.support.fault_tasks,tests.support.rate_tasks``.
+
+Each run appends its start (key, message id, time, pid) to a Redis list;
+RECURTEST_RECORD_URL sends the records to another Redis than the limit's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from functools import cache
+from typing import Any
+
+import redis
+
+from config.settings import settings
+from tasks.app import app
+from tasks.base import MessageTask
+from tasks.distlock import user_lock
+from tasks.flow import rate_limit
+
+INCLUDE = "tests.support.fault_tasks,tests.support.rate_tasks"
+#: The test limit: 5 starts a second per key, one at a time.
+RATE, BURST = 5.0, 1
+
+
+def runs_key() -> str:
+    return f"{settings().key_prefix}:test:rated:runs"
+
+
+@cache
+def recorder() -> redis.Redis:
+    url = os.environ.get("RECURTEST_RECORD_URL") or settings().redis_url
+    return redis.Redis.from_url(url, decode_responses=True)
+
+
+def record(message: Any) -> None:
+    recorder().rpush(runs_key(), json.dumps({"key": message["user_id"], "id": message["id"],
+                                             "t": time.time(), "pid": os.getpid()}))
+
+
+def read_starts(client: redis.Redis) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in client.lrange(runs_key(), 0, -1)]
+
+
+@app.task(bind=True, base=MessageTask, name="tests.rated_work")
+@rate_limit(key=lambda m: m["user_id"], rate="5/s", burst=BURST)
+def rated_work(self: MessageTask, message: Any) -> None:
+    """Record the start, then work ``payload["ms"]`` milliseconds."""
+    record(message)
+    time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
+
+
+@app.task(bind=True, base=MessageTask, name="tests.rated_locked_work")
+@user_lock()
+@rate_limit(key=lambda m: m["user_id"], rate="5/s", burst=BURST)
+def rated_locked_work(self: MessageTask, message: Any) -> None:
+    """The same under the user's lock (lock outside, limit inside)."""
+    record(message)
+    time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
+
+
+def window_violations(starts: list[dict[str, Any]], rate: float = RATE,
+                      burst: int = BURST) -> dict[str, int]:
+    """Per key, the most starts in any 1-second window beyond rate + burst (0: none)."""
+    by_key: dict[str, list[float]] = {}
+    for s in starts:
+        by_key.setdefault(s["key"], []).append(s["t"])
+    over: dict[str, int] = {}
+    for key, times in by_key.items():
+        times.sort()
+        j, most = 0, 0
+        for i, t in enumerate(times):
+            while times[j] <= t - 1.0:
+                j += 1
+            most = max(most, i - j + 1)
+        if most > rate + burst:
+            over[key] = most - int(rate + burst)
+    return over
+
+
+@app.task(bind=True, base=MessageTask, name="tests.celery_rated_work",
+          rate_limit=os.environ.get("RECURTEST_CELERY_RATE", "2500/s"))
+def celery_rated_work(self: MessageTask, message: Any) -> None:
+    """The baseline: Celery's own ``rate_limit`` (per worker process, not per key)."""
+    record(message)
+    time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
