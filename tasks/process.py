@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from config.buckets_in_use import bucket_table
@@ -48,6 +49,17 @@ def next_run(msg: Message | Mapping[str, Any]) -> tuple[float, dict[str, Any]] |
                                       "runs": recurrence.after_this_run().runs}}
 
 
+def phase_due(task: MessageTask, msg: Message, payload: dict[str, Any]) -> datetime | None:
+    """The next run's due time on its key's phase (routing/jitter.py), or None without
+    jitter (the default: it is ``every`` after now, and nothing more is read)."""
+    jitter = bucket_table().get(msg["bucket"]).jitter
+    if not jitter and not payload.get("jitter"):
+        return None
+    running = dispatch_of(task.request)
+    return jittered_due(payload, jitter, msg["id"] if running is None else running.job_key,
+                        None if running is None else running.ran_due, utcnow())
+
+
 @app.task(bind=True, base=MessageTask, name="tasks.process_message", recurs_by_payload=True)
 def process_message(self: MessageTask, message: Any) -> dict[str, Any]:
     """Process one message, log the completion, and reschedule it if it recurs."""
@@ -59,11 +71,8 @@ def process_message(self: MessageTask, message: Any) -> dict[str, Any]:
         message_id=msg["id"], bucket=msg["bucket"], worker=self.worker_name,
         redelivered=self.redelivered, started=started, finished=time.time())
     completions.record(get_redis(), settings(), done)
-    if again is not None:  # on the job's phase when it has jitter (routing/jitter.py)
-        running = dispatch_of(self.request)
-        due = jittered_due(again[1]["payload"], bucket_table().get(msg["bucket"]).jitter,
-                           msg["id"] if running is None else running.job_key,
-                           None if running is None else running.ran_due, utcnow())
+    if again is not None:
+        due = phase_due(self, msg, again[1]["payload"])
         if due is None:
             self.apply_async((again[1],), countdown=again[0])
         else:
