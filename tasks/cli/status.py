@@ -49,6 +49,8 @@ class Report:
     paused: dict[str, datetime] | None = None
     #: Per bucket, scheduled rows due in each of the next minutes (jitter's histogram).
     due_histogram: dict[str, list[int]] | None = None
+    #: Per bucket, @rate_limit's jobs deferred (ever) and waiting for their slot now.
+    rate_limited: dict[str, dict[str, int]] | None = None
 
 
 def _failure(exc: Exception) -> str:
@@ -103,10 +105,12 @@ def read_store(cfg: Settings, report: Report,
 def read_destinations(cfg: Settings, report: Report) -> None:
     from routing.redis_client import get_redis
     from routing.reseq.state import Resequencer
+    from tasks.flow.limiter import counters
 
     try:
         reseq = Resequencer(get_redis(), cfg)
         report.destinations = [reseq.status(name) for name in reseq.destinations()]
+        report.rate_limited = counters(get_redis(), cfg.key_prefix)
     except Exception as exc:
         report.failures.append(_failure(exc))
 
@@ -163,6 +167,16 @@ def histogram_lines(found: dict[str, list[int]] | None) -> list[str]:
     return lines or [f"due per minute, next {HISTOGRAM_MINUTES} min: none"]
 
 
+def rate_limited_line(found: dict[str, dict[str, int]]) -> str:
+    """``recur status``'s line about @rate_limit: per bucket, jobs waiting for their slot
+    now (an estimate) and deferred ever."""
+    if not found:
+        return "rate limited: none"
+    return "rate limited: " + ", ".join(
+        f"{b} waiting={c.get('waiting', 0)} deferred={c.get('deferred', 0)}"
+        for b, c in sorted(found.items()))
+
+
 def run(cfg: Settings, as_json: bool) -> int:
     """Print the status; the exit code is 2 when a service could not be read."""
     report = collect(cfg)
@@ -173,6 +187,7 @@ def run(cfg: Settings, as_json: bool) -> int:
         doc["notes"] = report.notes
         doc["paused"] = None if report.paused is None else sorted(report.paused)
         doc["due_histogram"] = report.due_histogram
+        doc["rate_limited"] = report.rate_limited
         click.echo(json.dumps(doc))
     else:
         click.echo(st.as_table(report.buckets))
@@ -180,6 +195,8 @@ def run(cfg: Settings, as_json: bool) -> int:
             click.echo(paused_line(report.paused))
         for line in histogram_lines(report.due_histogram):
             click.echo(line)
+        if report.rate_limited:
+            click.echo(rate_limited_line(report.rate_limited))
         for d in report.destinations:
             click.echo(destination_line(d))
         if not report.destinations and not report.failures:

@@ -4,14 +4,18 @@ when a service cannot be read, missing queues as one line, no file created by re
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from kombu import Connection
 
+from tasks.flow import parse_rate
+from tasks.flow.limiter import take
 from tests.integration.test_cli_errors import CLOSED, error_lines, run_recur
 from tests.support import services
 
@@ -88,3 +92,19 @@ def test_missing_queues_are_one_readable_line(fresh_pg_url: str, tmp_path: Path,
     assert len(lines) == 1 and "recur topology" in lines[0] and "short.dead" in lines[0]
     assert "NOT_FOUND" not in result.stderr
     assert all(row["queue_depth"] is None for row in doc["buckets"])
+
+
+def test_status_shows_the_jobs_a_rate_limit_deferred_per_bucket(
+        redis_client: redis.Redis, fresh_pg_url: str, tmp_path: Path) -> None:
+    rate, key = parse_rate("1/s"), f"status-{uuid.uuid4().hex[:8]}"
+    assert take(redis_client, services.KEY_PREFIX, key, "j1", "short", rate).allowed
+    assert not take(redis_client, services.KEY_PREFIX, key, "j2", "short", rate).allowed
+    env = {"RECUR_DATABASE_URL": fresh_pg_url}
+    result, doc = status(env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    short = doc["rate_limited"]["short"]
+    assert short["deferred"] >= 1 and short["waiting"] >= 1
+    table = run_recur(["status"], env, tmp_path)
+    line = next(s for s in table.stdout.splitlines() if s.startswith("rate limited:"))
+    found = re.search(r"short waiting=(\d+) deferred=(\d+)", line)
+    assert found is not None and int(found[1]) >= 1 and int(found[2]) >= 1
