@@ -20,6 +20,8 @@ from scheduler.store.schema import SCHEDULED, UtcDateTime, due_jobs
 
 #: Most minutes one reading covers (a bound on the statement's width).
 MAX_MINUTES = 60
+#: Minutes ahead that ``recur status`` and the exporter read (``minute`` label 0 to 9).
+MINUTES_AHEAD = 10
 
 
 def _edge(i: int) -> Any:
@@ -52,12 +54,3 @@ def due_histogram(store: StoreCore, buckets: Sequence[str], now: datetime, minut
             values: tuple[Any, ...] = tuple(row)
             found[str(values[0])] = [int(n or 0) for n in values[1:]]
     return found
-
-
-def histogram_line(bucket: str, counts: Sequence[int]) -> str:
-    """One bucket's histogram for ``recur status``: the counts, and the busiest minute
-    against the mean (1.0x: evenly spread; a burst shows as N x)."""
-    total = sum(counts)
-    peak = max(counts) * len(counts) / total if total else 0.0
-    return (f"due per minute, next {len(counts)} min, {bucket}: "
-            f"{' '.join(str(n) for n in counts)} (busiest {peak:.2f}x the mean)")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +24,7 @@ from config.errors import EXIT_ERROR, RecurError, one_line
 from config.settings import Settings, settings
 from routing.broker import QueueStats, inspect_queues
 from routing.queues import missing_queues_line
+from scheduler.store.due_histogram import MINUTES_AHEAD, due_histogram
 from tasks.cli import status_table as st
 from tasks.cli.group import cli
 
@@ -78,7 +80,6 @@ def read_store(cfg: Settings, report: Report,
     from scheduler.calls import utcnow
     from scheduler.store import DueStore
     from scheduler.store.control import JobControl
-    from scheduler.store.due_histogram import due_histogram
 
     def depth(name: str) -> int | None:
         stats = queues.get(name)
@@ -92,7 +93,7 @@ def read_store(cfg: Settings, report: Report,
             rows = st.collect(store, depths, utcnow())
             report.paused = JobControl(store).paused()
             report.due_histogram = due_histogram(store, bucket_table().names, utcnow(),
-                                                 HISTOGRAM_MINUTES)
+                                                 MINUTES_AHEAD)
         finally:
             store.close()
     except Exception as exc:
@@ -153,18 +154,21 @@ def paused_line(paused: dict[str, datetime]) -> str:
                                           for b, at in sorted(paused.items()))
 
 
-#: Minutes ahead the due-time histogram covers.
-HISTOGRAM_MINUTES = 10
+def histogram_line(bucket: str, counts: Sequence[int]) -> str:
+    """One bucket's histogram for ``recur status``: the counts, and the busiest minute
+    against the mean (1.0x: evenly spread; a burst shows as N x)."""
+    total = sum(counts)
+    peak = max(counts) * len(counts) / total if total else 0.0
+    return (f"due per minute, next {len(counts)} min, {bucket}: "
+            f"{' '.join(str(n) for n in counts)} (busiest {peak:.2f}x the mean)")
 
 
 def histogram_lines(found: dict[str, list[int]] | None) -> list[str]:
     """A line per bucket with rows due in the next minutes (one line when none has)."""
-    from scheduler.store.due_histogram import histogram_line
-
     if found is None:
         return []
     lines = [histogram_line(b, counts) for b, counts in found.items() if any(counts)]
-    return lines or [f"due per minute, next {HISTOGRAM_MINUTES} min: none"]
+    return lines or [f"due per minute, next {MINUTES_AHEAD} min: none"]
 
 
 def rate_limited_line(found: dict[str, dict[str, int]]) -> str:

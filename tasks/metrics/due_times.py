@@ -8,8 +8,6 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
 
-#: Minutes ahead the exporter's histogram covers (``minute`` label 0 to 9).
-MINUTES = 10
 NAME = "recur_jobs_due_histogram"
 
 

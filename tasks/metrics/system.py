@@ -33,7 +33,6 @@ from config.settings import Settings
 from routing.broker import QueueStats, inspect_queues
 from routing.queues import all_queue_names
 from tasks.metrics.destinations import DestinationFigures, busiest
-from tasks.metrics.due_times import MINUTES
 from tasks.metrics.lock_source import LockFigures, read_lock_figures
 
 log = logging.getLogger("recur.exporter")
@@ -144,11 +143,11 @@ class Refresher:
 
     def _read_totals(self, snap: Snapshot) -> None:
         from scheduler.calls import utcnow
-        from scheduler.store.due_histogram import due_histogram
+        from scheduler.store.due_histogram import MINUTES_AHEAD, due_histogram
 
         snap.totals = self._open_store().stats(utcnow())
         snap.due_histogram = due_histogram(self._open_store(), bucket_table().names, utcnow(),
-                                           MINUTES)
+                                           MINUTES_AHEAD)
 
     def _read_redis(self, snap: Snapshot) -> None:
         from routing.redis_client import get_redis

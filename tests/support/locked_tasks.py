@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from functools import cache
 from typing import Any
 
 import redis
@@ -21,16 +20,11 @@ from config.settings import settings
 from tasks.app import app
 from tasks.base import MessageTask
 from tasks.distlock import fencing_token, user_lock
+from tests.support.recorder import recorder
 
 
 def runs_key() -> str:
     return f"{settings().key_prefix}:test:locked:runs"
-
-
-@cache
-def recorder() -> redis.Redis:
-    url = os.environ.get("RECURTEST_RECORD_URL") or settings().redis_url
-    return redis.Redis.from_url(url, decode_responses=True)
 
 
 def record(event: str, task: MessageTask, message: Any, **extra: Any) -> None:

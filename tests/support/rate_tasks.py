@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from functools import cache
 from typing import Any
 
 import redis
@@ -20,6 +19,7 @@ from tasks.app import app
 from tasks.base import MessageTask
 from tasks.distlock import user_lock
 from tasks.flow import rate_limit
+from tests.support.recorder import recorder
 
 INCLUDE = "tests.support.fault_tasks,tests.support.rate_tasks"
 #: The test limit: 5 starts a second per key, one at a time.
@@ -28,12 +28,6 @@ RATE, BURST = 5.0, 1
 
 def runs_key() -> str:
     return f"{settings().key_prefix}:test:rated:runs"
-
-
-@cache
-def recorder() -> redis.Redis:
-    url = os.environ.get("RECURTEST_RECORD_URL") or settings().redis_url
-    return redis.Redis.from_url(url, decode_responses=True)
 
 
 def record(message: Any) -> None:
