@@ -44,5 +44,10 @@ def counters(client: redis.Redis, prefix: str) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for field, value in raw.items():
         kind, _, bucket = str(field).partition(":")
-        out.setdefault(bucket, {"deferred": 0, "waiting": 0})[kind] = max(0, int(value))
+        try:
+            count = int(value)
+        except ValueError:
+            continue  # not the script's: a count is an integer
+        if kind in ("deferred", "waiting"):
+            out.setdefault(bucket, {"deferred": 0, "waiting": 0})[kind] = max(0, count)
     return out

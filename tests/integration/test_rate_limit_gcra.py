@@ -96,3 +96,12 @@ def test_a_refusal_without_redis_state_starts_fresh(redis_client: redis.Redis,
     assert not ask(redis_client, prefix, "c", rate="1/s").allowed
     wait_for(lambda: ask(redis_client, prefix, "c", rate="1/s").allowed, 3,
              "c's slot, one second on")
+
+
+def test_the_counters_read_only_the_scripts_fields(redis_client: redis.Redis,
+                                                   prefix: str) -> None:
+    ask(redis_client, prefix, "j1", rate="1/s")
+    ask(redis_client, prefix, "j2", rate="1/s")  # refused: deferred and waiting
+    redis_client.hset(keys.rate_stats(prefix), mapping={
+        "deferred:long": "lots", "other:short": "5", "waiting:io": "²", "junk": "1"})
+    assert counters(redis_client, prefix) == {"short": {"deferred": 1, "waiting": 1}}
