@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev,spark]"
+	$(BIN)/pip install --quiet -e ".[dev,spark,otel]"
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -17,7 +17,7 @@ venv: $(STAMP)
 services:
 	scripts/ensure-services.sh
 
-# The demo needs no browser: every service but chromium (the Flower UI test's).
+# The demo needs no browser: every service but chromium and prometheus (the UI and dashboard tests').
 demo: venv
 	scripts/ensure-services.sh rabbit management redis postgres
 	$(BIN)/recur demo

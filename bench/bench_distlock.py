@@ -44,6 +44,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import bench.results_io  # noqa: F401 - waits for a quiet machine, then watches the run
+
 RUN = uuid.uuid4().hex[:8]
 VHOST = f"recur-bench-distlock-{RUN}"
 PREFIX = f"recur-bench-distlock-{RUN}"

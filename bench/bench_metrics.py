@@ -26,6 +26,7 @@ import time
 import urllib.request
 from typing import Any
 
+import bench.results_io  # noqa: F401 - waits for a quiet machine, then watches the run
 from bench.private_env import PrivateEnv, pg
 
 ENVIRONMENT = PrivateEnv("metrics").activate()

@@ -393,11 +393,11 @@ def main() -> None:
             doc["steps"].append(measure_step(store, size, loaded,
                                              bool(args.bulk_from) and size >= args.bulk_from))
             loaded = size
-            write_result(args.result, doc)
+            write_result(args.result, doc, partial=True)
             if size == cycle_at and args.cycle_seconds:
                 doc["cycle"] = cycle(store, args.cycle_seconds, args.cycle_threads,
                                      args.sample_seconds)
-                write_result(args.result, doc)
+                write_result(args.result, doc, partial=True)
         store.close()
     finally:
         benv.teardown()

@@ -11,14 +11,21 @@
     queue = "short"          # optional, default the bucket's name
     work_seconds = 0.05      # optional: process_message's simulated work, <= soft_time_limit
     jitter = 0.5             # optional, default 0: recurring messages' phase, 0..1 of 'every'
+    rate_limit = "10/s"      # optional: every job's starts per key (config/bucket_rates.py),
+    rate_burst = 1           #   with its burst and the message field keyed on
+    rate_key = "user_id"
 
     [kinds]
     ping = "short"
 
-The file is the whole table: its buckets in file order, and its kinds (none if
-it has no ``[kinds]``). Anything wrong (an unknown key, a duplicate queue, a hard
-limit below the soft one, an unknown pool, a kind naming no bucket, a number
-that is nan, inf or beyond its bound in :data:`BOUNDS`) is one
+    [tasks."myapp.call_partner"]   # optional: a task's own default rate
+    rate_limit = "2/s"
+
+The file is the whole table: its buckets in file order, its kinds (none if
+it has no ``[kinds]``) and its tasks' default rates. Anything wrong (an unknown
+key, a duplicate queue, a hard limit below the soft one, a bad rate, an unknown
+pool, a kind naming no bucket, a number that is nan, inf or beyond its bound in
+:data:`BOUNDS`) is one
 :class:`BucketsFileError` naming the file, the bucket and the field, raised
 before any process starts.
 """
@@ -32,11 +39,13 @@ from functools import cache
 from types import MappingProxyType
 from typing import Any, cast
 
+from config.bucket_rates import FIELDS as RATE_FIELDS
+from config.bucket_rates import rate_default, task_rates
 from config.buckets import BUILTIN, POOLS, Bucket, BucketTable, Pool
 from config.errors import BucketsFileError
 
 REQUIRED = ("soft_time_limit", "time_limit", "concurrency", "pool")
-OPTIONAL = ("queue", "prefetch", "work_seconds", "jitter")
+OPTIONAL = ("queue", "prefetch", "work_seconds", "jitter", *RATE_FIELDS)
 #: Queue names recur keeps for itself (the resequencer's sends).
 RESERVED_QUEUES = frozenset({"outbound"})
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
@@ -125,7 +134,9 @@ def _bucket(where: _Where, name: str, spec: Any) -> Bucket:
         concurrency=int(_number(where, name, "concurrency", spec["concurrency"], True,
                                 CONCURRENCY[pool], f" for pool {pool!r}")),
         pool=cast(Pool, pool), work_seconds=_work(where, name, spec, soft),
-        jitter=_jitter(where, name, spec))
+        jitter=_jitter(where, name, spec),
+        rate=rate_default(spec, f"bucket={name}", lambda problem, key: where.error(
+            problem, name, key)))
 
 
 def _jitter(where: _Where, name: str, spec: Mapping[str, Any]) -> float:
@@ -164,8 +175,8 @@ def parse_table(document: Mapping[str, Any], path: str) -> BucketTable:
     """The bucket table a parsed TOML document describes (BucketsFileError if invalid)."""
     where = _Where(path)
     for key in document:
-        if key not in ("buckets", "kinds"):
-            raise where.error(f"unknown top-level key {key!r} (known: buckets, kinds)")
+        if key not in ("buckets", "kinds", "tasks"):
+            raise where.error(f"unknown top-level key {key!r} (known: buckets, kinds, tasks)")
     raw = document.get("buckets")
     if not isinstance(raw, Mapping) or not raw:
         raise where.error("no buckets: give at least one [buckets.<name>] table")
@@ -181,7 +192,8 @@ def parse_table(document: Mapping[str, Any], path: str) -> BucketTable:
                               b.name, "queue")
         seen[b.queue] = b.name
     kinds = _kinds(where, document.get("kinds", {}), {b.name for b in buckets})
-    return BucketTable(buckets, kinds, source=path)
+    return BucketTable(buckets, kinds, source=path,
+                       task_rates=task_rates(document.get("tasks", {}), path))
 
 
 @cache

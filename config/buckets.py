@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
 
+from config.bucket_rates import RateDefault
+
 Pool = Literal["prefork", "threads", "solo"]
 POOLS: tuple[str, ...] = ("prefork", "threads", "solo")
 
@@ -44,6 +46,8 @@ class Bucket:
     #: Default jitter of the bucket's recurring messages: a fraction 0..1 of their
     #: interval (routing/jitter.py); 0 keeps "every seconds after the run".
     jitter: float = 0.0
+    #: Default rate limit of the bucket's jobs (config/bucket_rates.py); None: none.
+    rate: RateDefault | None = None
 
     @property
     def dead_queue(self) -> str:
@@ -59,6 +63,8 @@ class BucketTable:
     kinds: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     #: Where the table came from: a file path, or "built-in".
     source: str = "built-in"
+    #: Tasks' own default rate limits, by task name (``[tasks."<name>"]``).
+    task_rates: Mapping[str, RateDefault] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def by_name(self) -> Mapping[str, Bucket]:

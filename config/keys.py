@@ -20,7 +20,7 @@ key                                    type    holds
 ``<prefix>:lock:counter``              string  job numbers and fencing tokens
 ``<prefix>:lock:stats``                hash    lock event counters (busy, handovers, ...)
 ``<prefix>:rate:{<k>}``                hash    rate-limited key <k>'s GCRA times and
-                                               reserved slots: see tasks/flow/gcra.lua
+                                               reserved slots: see routing/gcra.lua
 ``<prefix>:rate:stats``                hash    deferred:<bucket>, waiting:<bucket>
 =====================================  ======  =====================================
 """
@@ -69,8 +69,10 @@ def reseq(prefix: str, destination: str, part: str) -> str:
     lease: only grows), wake (string, due ms of the booked sender run),
     gap (string 'seq:ms', when the sender first saw seq missing with later ones
     ready), skipped (list of skip records, newest first, capped), stats (hash of
-    counters: sent, skipped, late, dead, refused:<status>), outage (hash: the
-    destination's current outage, see ``reseq_outage``).
+    counters: sent, skipped, late, dead, refused:<status>, deferred:rate = sends that
+    waited for their slot under the destination's rate), outage (hash: the
+    destination's current outage, see ``reseq_outage``), rate (hash: the GCRA times
+    of a destination with a ``rate=``, routing/gcra.lua; expires when idle).
     """
     return f"{prefix}:reseq:{{{destination}}}:{part}"
 

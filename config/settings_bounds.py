@@ -18,6 +18,7 @@ from config.signing import check_key
 #: AT_MOST entry (none: DEFAULT_AT_MOST); `recur settings` prints each range.
 POSITIVE = frozenset({
     "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
+    "scheduler_idle_interval",
     "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
     "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
     "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
@@ -27,7 +28,7 @@ NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
                           "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds",
                           "unknown_bucket_grace"})
 FRACTIONS = frozenset({"pull_forward_fraction"})
-AT_LEAST_ONE = frozenset({"lock_max_parked", "reseq_max_entry_bytes",
+AT_LEAST_ONE = frozenset({"lock_max_parked", "reseq_max_entry_bytes", "fair_share_quota",
                           "max_payload_bytes", "max_deliveries", "max_job_key_bytes",
                           "max_call_bytes", "flower_port"})
 HOUR, DAY = 3600, 86400
@@ -41,11 +42,13 @@ AT_MOST: dict[str, float] = {
     "flower_port": 65535, "metrics_port": 65535,  # TCP ports
     "low_watermark": 1_000_000_000, "high_watermark": 1_000_000_000,  # a benchmark: never
     "drain_batch": 100_000, "drain_threads": 64, "metrics_top_destinations": 1000,
+    "fair_share_quota": 1_000_000,  # a round of a million rows of one user is no fair share
     "pull_forward_fraction": 1,
     # waits and timeouts: an hour for a network call or a poll, a day or a week for a budget
     "send_timeout": 300, "send_backoff": HOUR, "send_backoff_max": HOUR,
     "sender_lease": HOUR, "lock_reap_interval": HOUR, "lock_chain_seconds": HOUR,
     "outage_budget": HOUR, "metrics_refresh": HOUR, "scheduler_interval": 60,
+    "scheduler_idle_interval": 60,
     "reseq_gap_timeout": DAY, "lock_ttl": DAY, "schedule_threshold": DAY,
     "pull_forward_min_seconds": DAY, "status_interval": DAY, "min_every": DAY,
     "unknown_bucket_grace": DAY, "lease_seconds": 7 * DAY, "lock_gap_timeout": 7 * DAY,
@@ -55,7 +58,9 @@ AT_MOST: dict[str, float] = {
 }
 #: Upper bound of a numeric setting without its own AT_MOST entry: finite, at least.
 DEFAULT_AT_MOST = 1_000_000_000
-CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked")}
+CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked"),
+           "otel": ("auto", "1", "0"),
+           "otel_celery": ("full", "lean")}
 
 
 def check_values(values: dict[str, Any], table: BucketTable) -> None:

@@ -10,6 +10,10 @@ from types import MappingProxyType
 
 from config.bucketfile import load_table
 from config.buckets import BUILTIN, DEFAULT_KINDS, BucketTable
+from config.settings_enqueue import EnqueueSettings
+from config.settings_fair import FairShareSettings
+from config.settings_idle import IdleSettings
+from config.settings_tracing import TracingSettings
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -17,7 +21,7 @@ def _doc(text: str) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(TracingSettings, FairShareSettings, EnqueueSettings, IdleSettings):
     """recur's configuration. Build it with :func:`load_settings`."""
 
     broker_url: str = field(
@@ -111,7 +115,8 @@ class Settings:
     destinations: Mapping[str, str] = field(
         default_factory=lambda: MappingProxyType({}),
         metadata=_doc("Resequencer destinations as 'name:url,name:url' (HTTP POST targets; a "
-                      "name of letters, digits and '_.-', at most 64); "
+                      "name of letters, digits and '_.-', at most 64), each optionally with "
+                      "its rate, 'name:url rate=10/s burst=5' (docs/resequencer.md); "
                       "none by default: submit refuses a destination not listed here."))
     reseq_gap_timeout: float = field(
         default=60.0,
@@ -144,8 +149,7 @@ class Settings:
         default=0.2,
         metadata=_doc("Seconds before the first retry of a send; doubles each retry."))
     send_backoff_max: float = field(
-        default=5.0,
-        metadata=_doc("Longest wait between two tries of a send."))
+        default=5.0, metadata=_doc("Longest wait between two tries of a send."))
     destination_outage_statuses: tuple[int, ...] = field(
         default=(),
         metadata=_doc("HTTP statuses that also say a destination is not ready ('409,423', "
@@ -247,10 +251,9 @@ class Settings:
         default=1.0,
         metadata=_doc("Pull-forward floor in seconds: whatever its delay, a job is not pulled "
                       "forward within this long of its last run."))
-    scheduler_interval: float = field(
-        default=0.2,
-        metadata=_doc("Seconds the scheduler sleeps when a pass moved nothing; short "
-                      "enough that workers drain less than the low watermark meanwhile."))
+    scheduler_interval: float = field(default=0.2, metadata=_doc(
+        "Seconds the scheduler sleeps when a pass moved nothing (idle: doubling up to "
+        "RECUR_SCHEDULER_IDLE_INTERVAL); workers drain less than a low watermark meanwhile."))
     metrics_port: int = field(
         default=0,
         metadata=_doc("Port of this process's Prometheus /metrics (worker, scheduler, "

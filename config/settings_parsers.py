@@ -6,7 +6,6 @@ caller (:func:`config.settings.problems`) names the variable.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 from config.bucketfile import NAME
 from config.buckets import BucketTable
 from config.destination_policy import parse_policies, parse_statuses
+from config.destinations import parse_destinations
 
 
 def _parse_kinds(raw: str, table: BucketTable) -> Mapping[str, str]:
@@ -38,23 +38,6 @@ def _parse_steps(raw: str) -> Mapping[str, str]:
             raise ValueError(f"{item!r} is not 'destination:task.name'")
         steps[destination] = task
     return MappingProxyType(steps)
-
-
-#: A destination's name: part of its Redis keys (a hash tag) and of its dead-letter queue.
-DESTINATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-
-
-def _parse_destinations(raw: str) -> Mapping[str, str]:
-    destinations = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
-        name, sep, url = (text.strip() for text in item.partition(":"))
-        if not sep or not name or not url.startswith(("http://", "https://")):
-            raise ValueError(f"{item!r} is not 'name:http(s)://...'")
-        if not DESTINATION_NAME.fullmatch(name):
-            raise ValueError(f"destination name {name[:70]!r} may hold only letters, digits and "
-                             "'_.-' (at most 64; it names Redis keys and a dead-letter queue)")
-        destinations[name] = url
-    return MappingProxyType(destinations)
 
 
 def _parse_imports(raw: str) -> tuple[str, ...]:
@@ -82,7 +65,7 @@ def parse_value(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
     if name == "imports":
         return _parse_imports(raw)
     if name == "destinations":
-        return _parse_destinations(raw)
+        return parse_destinations(raw)
     if name == "reseq_steps":
         return _parse_steps(raw)
     if name == "destination_outage_statuses":

@@ -18,6 +18,7 @@ from config.buckets import Bucket
 from config.buckets_in_use import bucket_table
 from config.settings import Settings
 from routing.broker import QueueStats
+from routing.waits import declare_waits
 
 TASK_EXCHANGE = Exchange("recur.tasks", type="topic", durable=True)
 DEAD_EXCHANGE = Exchange("recur.dead", type="topic", durable=True)
@@ -63,13 +64,16 @@ def work_queues(cfg: Settings) -> list[Queue]:
 
 
 def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
-    """Declare exchanges and every work and dead-letter queue; return the queue names."""
+    """Declare exchanges and every work and dead-letter queue, and the short-wait levels
+    (routing/waits.py); return the work and dead-letter queue names."""
     names = []
     with connection.channel() as channel:
         for bucket in (*cfg.buckets.buckets, OUTBOUND):
             for queue in (work_queue(bucket, cfg), dead_queue(bucket, cfg)):
                 queue.bind(channel).declare()
                 names.append(queue.name)
+        TASK_EXCHANGE.bind(channel).declare()
+        declare_waits(channel, cfg)  # short waits of rate-limited jobs, into recur.tasks
     return names
 
 

@@ -5,8 +5,9 @@ Every module that talks to Redis gets its client here, runs its scripts through
 :class:`Script` and wraps its calls in :class:`redis_errors`, so callers catch
 :class:`~config.errors.ServiceUnavailable` (or the subclass they name), never
 redis-py's errors. Each script is a ``.lua`` file beside its one user (whose
-header documents its keys); the lease-extend script, shared by the user lock and
-the resequencer's sender, is ``extend_lease.lua`` beside this module.
+header documents its keys); the scripts with two users live beside this module:
+``extend_lease.lua`` (the user lock and the resequencer's sender) and ``gcra.lua``
+(``@rate_limit`` and a resequencer destination's rate).
 """
 
 from __future__ import annotations
@@ -113,3 +114,7 @@ class Script:
 #: Extend a lease (KEYS[1] holds its holder's token) only for its holder: the user
 #: lock's watchdog and the resequencer's sender heartbeat.
 EXTEND_LEASE = Script.of_file("routing", "extend_lease.lua")
+
+#: GCRA with reserve-on-refusal, one limited key per call: ``@rate_limit`` and a bucket
+#: file's rate (tasks/flow/limiter.py), a destination's rate (routing/reseq/pace.py).
+GCRA = Script.of_file("routing", "gcra.lua")

@@ -11,6 +11,7 @@ what travels between them is in scheduler/wire.py.
 from __future__ import annotations
 
 import math
+from abc import ABCMeta
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -18,16 +19,19 @@ from typing import Any
 
 from config.errors import InvalidSchedule
 from config.settings import Settings
+from routing import tracing
 from routing.messages import validate_message
 from scheduler.bounds import Limits, check_call, check_job_key, check_retries
 from scheduler.pullforward import pull_floor
 from scheduler.store import Job
-from scheduler.wire import Dispatch, dispatch_of, encode_call, message_of
+from scheduler.wire import Dispatch, dispatch_of, encode_call, message_of, with_trace
 
 
 @dataclass(frozen=True)
-class ScheduledJob:
-    """What ``apply_async`` returns for a call that went to the store."""
+class ScheduledJob(metaclass=ABCMeta):
+    """A call written to the store. ``apply_async`` hands it back as a Celery
+    ``AsyncResult`` (tasks/stored_result.py's ``StoredResult``, registered as a
+    ScheduledJob, so ``isinstance(result, ScheduledJob)`` still holds)."""
 
     job_key: str
     due_at: datetime
@@ -144,6 +148,7 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     text = encode_call(call_args, call_kwargs, check_retries(options.get("retries")),
                        job_key=key, bucket=message["bucket"])
     check_call(text, call_args, call_kwargs, limits)
+    text = with_trace(text, tracing.traceparent(), limits.call_bytes)  # the next run links it
     due = due or now
     # A run's reschedule gets its floor; a producer's call is a first run: none
     # (it may be pulled forward at once), unless it asks for not_before.

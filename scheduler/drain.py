@@ -23,8 +23,11 @@ from datetime import datetime, timedelta
 from config.buckets import Bucket
 from config.errors import ConfigError, ServiceUnavailable
 from config.settings import Settings
+from routing import tracing
 from scheduler.calls import utcnow
 from scheduler.dead_sweep import DeadSweep
+from scheduler.fair_share import FairShare
+from scheduler.idle import IdleWait
 from scheduler.lanes import Budget, Lane
 from scheduler.outages import Backoff
 from scheduler.periodic import PeriodicEntry
@@ -33,6 +36,7 @@ from scheduler.set_aside import Caught, UnknownBuckets
 from scheduler.store import DueStore
 from scheduler.store.aside import AsideRows
 from scheduler.store.control import JobControl
+from scheduler.store.fair import FairRows
 from scheduler.store.fill_lock import FillLocks
 from scheduler.summary import Summary
 
@@ -71,10 +75,13 @@ class Scheduler:
     _fill_locks: FillLocks | None = None
     _dead_sweep: DeadSweep | None = None
     _unknown: UnknownBuckets | None = None
+    _fair: FairShare | None = None
+    idle: IdleWait = field(init=False)  # the sleep after a pass that moved nothing
 
     def __post_init__(self) -> None:
         if self.summary is None:
             self.summary = Summary(self.cfg.status_interval)
+        self.idle = IdleWait.of(self.cfg)
 
     @property
     def fill_locks(self) -> FillLocks:
@@ -97,6 +104,13 @@ class Scheduler:
         return self._unknown
 
     @property
+    def fair(self) -> FairShare:
+        if self._fair is None:
+            self._fair = FairShare(FairRows(self.store), self.cfg.fair_share,
+                                   self.cfg.fair_share_quota)
+        return self._fair
+
+    @property
     def pull_forward(self) -> set[str]:
         return {b.strip() for b in self.cfg.pull_forward.split(",") if b.strip()}
 
@@ -115,6 +129,7 @@ class Scheduler:
                     self.store.sync_periodic(self.periodic, utcnow())
                     synced = True
                 moved = self.pass_once()
+                pause = self.idle.after(moved, self.store, self.pull_forward)
             except ServiceUnavailable as exc:
                 wait = backoff.next()
                 log.warning("%s; reconnecting in %.1fs", exc, wait)
@@ -124,8 +139,8 @@ class Scheduler:
             backoff.reset()
             assert self.summary is not None
             self.summary.maybe_log(self.lags)
-            if not moved:
-                self.stopping.wait(self.cfg.scheduler_interval)
+            if pause:
+                self.stopping.wait(pause)
         self.close_publishers()
         self.fill_locks.close()
         if self._pool is not None:
@@ -178,6 +193,8 @@ class Scheduler:
         if fired:
             log.info("periodic entries fired: %s", ", ".join(fired))
         paused = self.read_paused()
+        if self.idle.nothing_to_claim(self.store, self.pull_forward, now):
+            return moved  # idle: every fill would claim nothing (scheduler/idle.py)
         for bucket in self.cfg.buckets.buckets:
             if self.stopping.is_set():
                 break
@@ -204,10 +221,13 @@ class Scheduler:
     def _fill(self, bucket: Bucket, now: datetime) -> int:
         depth = self.publisher.depth(bucket.queue)
         if depth >= self.cfg.low_watermark:
+            self.idle.busy()  # its workers are draining it: look again soon
             return 0
         assert self.summary is not None
+        dealt = self.fair.before_fill(bucket.name, now)  # behind: deal first (fair_share.py)
         sent = self.dispatch(bucket, self.cfg.high_watermark - depth, now, early=False,
-                             cap=self.cfg.high_watermark)
+                             cap=self.cfg.high_watermark, dealt=dealt)
+        self.fair.after_fill(bucket.name, sent, now)
         if sent:
             log.debug("%s: queue had %d ready, dispatched %d due", bucket.name, depth, sent)
             self.summary.dispatched(bucket.name, sent, early=False)
@@ -221,7 +241,7 @@ class Scheduler:
         return sent
 
     def dispatch(self, bucket: Bucket, room: int, now: datetime, *, early: bool,
-                 cap: int | None = None) -> int:
+                 cap: int | None = None, dealt: bool = False) -> int:
         """Dispatch batches until ``room`` is used or no row is left.
 
         With ``drain_threads`` > 1 and more than one batch of room, that many
@@ -237,7 +257,7 @@ class Scheduler:
         budget = Budget(room)
         lanes = 1 if self.store.dialect == "sqlite" else self.cfg.drain_threads
         lanes = min(lanes, -(-room // self.cfg.drain_batch))
-        lane = Lane(bucket, budget, now, lease_until, early, cap)
+        lane = Lane(bucket, budget, now, lease_until, early, cap, dealt)
         if lanes <= 1:
             return self._lane(self.publisher, 0, lane)
         while len(self._lanes) < lanes - 1:
@@ -264,8 +284,10 @@ class Scheduler:
                     break
             caught = Caught(publisher.publish)  # rows it refused are set aside, reported
             try:
-                got = self.store.dispatch(bucket.name, want, lane.now, lane.lease_until,
-                                          caught, early=lane.early)
+                with tracing.span("recur.claim", bucket=bucket.name, early=lane.early) as span:
+                    got = self.store.dispatch(bucket.name, want, lane.now, lane.lease_until,
+                                              caught, early=lane.early, dealt=lane.dealt)
+                    span.set(rows=got, wanted=want) if got else span.discard()  # idle polls
             finally:
                 if lane.cap is not None:
                     self.fill_locks.release(bucket.name, number)

@@ -10,7 +10,8 @@ SQL), so it works with any number of schedulers and workers running:
   never comes back.
 - :func:`reschedule` moves a scheduled job to a new due time, which is also
   its floor (an operator's time is not pulled forward). A dispatched job is
-  refused: its running copy decides its next time.
+  refused: its running copy decides its next time. :func:`reschedule_user`
+  moves every scheduled job of a user and leaves the dispatched ones.
 - :func:`pause` makes the scheduler stop dispatching a bucket (due jobs and
   periodic entries keep accumulating in the store); :func:`resume` undoes it.
 
@@ -29,7 +30,7 @@ from config.buckets_in_use import bucket_table
 from config.durations import duration_seconds
 from config.errors import InvalidArgument, JobInFlight, UnknownJob
 from scheduler.store import DueStore
-from scheduler.store.control import STATES, JobControl, JobFilter, JobRow, Page, decode_cursor
+from scheduler.store.control import STATES, JobControl, JobFilter, JobRow, Page
 
 #: Largest page of ``recur jobs list``.
 MAX_PAGE = 1000
@@ -104,7 +105,7 @@ def list_jobs(ctl: JobControl, f: JobFilter, limit: int = 50, after: str | None 
         raise InvalidArgument(f"page size must be 1..{MAX_PAGE}, got {limit}")
     if after is not None:
         try:
-            decode_cursor(after)
+            ctl.walk_of(f, None).after(after)  # the walk does not depend on the task's code
         except ValueError:
             raise InvalidArgument(f"bad cursor {after!r}: pass the one a page printed"
                                   ) from None
@@ -140,6 +141,17 @@ def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
     raise JobInFlight(f"job {job_key!r} is dispatched (token {row.token}, lease until "
                       f"{row.due_at.isoformat()}): its running copy sets its next time; "
                       "cancel it, or reschedule it once it is scheduled again")
+
+
+def reschedule_user(ctl: JobControl, user: str, due_at: datetime,
+                    now: datetime | None = None) -> tuple[int, int]:
+    """Make every scheduled job of ``user`` due at ``due_at`` (not pulled forward before
+    it); dispatched ones keep the time their running copy sets. (moved, left as they were)."""
+    if not user.strip():
+        raise InvalidArgument("--user needs a user id")
+    if due_at.tzinfo is None:
+        raise InvalidArgument(f"time {due_at.isoformat()} is naive: give a timezone-aware time")
+    return ctl.move_user(user, due_at, now or datetime.now(UTC))
 
 
 def pause(ctl: JobControl, bucket: str) -> bool:

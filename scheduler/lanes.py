@@ -25,6 +25,8 @@ class Lane:
     lease_until: datetime
     early: bool
     cap: int | None
+    #: Whether the claims take rows fair share dealt into rounds first (fair_share.py).
+    dealt: bool = False
 
 
 class Budget:

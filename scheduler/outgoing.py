@@ -94,7 +94,7 @@ class Framing:
         limit = self.frame_max - FRAME_OVERHEAD
         try:
             data = frames.publish(self.channel_id, exchange, routing_key, message.body,
-                                  message.headers, message.task_id, mandatory=True)
+                                  message.headers, message.correlation_id, mandatory=True)
         except (ValueError, TypeError, OverflowError, struct.error) as exc:
             return Refusal(UNDECODABLE, f"its message cannot be encoded: {exc}")
         if len(data) - len(message.body) > limit:

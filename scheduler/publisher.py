@@ -27,6 +27,7 @@ from kombu import Connection
 from config.buckets_in_use import bucket_table
 from config.errors import BrokerUnavailable
 from config.settings import settings
+from routing import tracing
 from routing.broker import broker_errors, queue_stats, release
 from routing.queues import DEAD_EXCHANGE
 from scheduler.bounds import Limits
@@ -110,8 +111,9 @@ class ConfirmingPublisher:
         """Publish ``rows`` to their bucket queues; return once the broker confirmed all
         (None), or with the rows refused and the lease stamps that changed."""
         table = bucket_table().by_name
-        return self._publish_rows(rows, lambda row: (self.exchange, table[row.bucket].queue)
-                                  if row.bucket in table else None, task_message)
+        with tracing.span("recur.publish", rows=len(rows), exchange=self.exchange):
+            return self._publish_rows(rows, lambda row: (self.exchange, table[row.bucket].queue)
+                                      if row.bucket in table else None, task_message)
 
     def publish_dead(self, rows: list[Claimed], reason: str | None = None) -> Published | None:
         """Put poison jobs on their buckets' dead-letter queues; return once confirmed

@@ -17,6 +17,7 @@ from typing import Any
 
 from config.errors import ServiceUnavailable
 from config.settings import Settings
+from routing import tracing
 from routing.queues import TASK_EXCHANGE, declare_topology
 from routing.redis_check import check_redis_at_start
 from scheduler.drain import Scheduler, check_watermarks
@@ -49,6 +50,7 @@ def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] 
     """
     check_watermarks(cfg)
     check_redis_at_start(cfg, "scheduler")  # the deployment's Redis (routing/redis_check.py)
+    tracing.setup("scheduler")  # RECUR_OTEL; off: nothing (routing/tracing/)
     stopping = threading.Event()
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:

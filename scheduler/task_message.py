@@ -16,8 +16,9 @@ import amqp
 
 from config import signing
 from config.settings import settings
+from routing import tracing
 from scheduler.store import Claimed
-from scheduler.wire import DISPATCH_HEADER, decode_call, dispatch_header
+from scheduler.wire import DISPATCH_HEADER, decode_call, decode_traced, dispatch_header
 
 #: Celery protocol 2 "embed" part: no callbacks, errbacks, chain or chord.
 EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}
@@ -31,17 +32,27 @@ class TaskMessage:
     body: bytes
     headers: dict[str, Any]
 
+    @property
+    def correlation_id(self) -> str:
+        """The AMQP correlation id: the task id, or a UUID of it when the id (a job key
+        may be 512 bytes) is too long for an AMQP short string; Celery reads ``id``."""
+        if len(self.task_id) <= 63 or len(self.task_id.encode()) <= 255:
+            return self.task_id
+        return str(uuid.uuid5(uuid.NAMESPACE_OID, self.task_id))
+
     def as_amqp(self) -> amqp.Message:
         """The same message for py-amqp (used when it is too big for one frame)."""
         return amqp.Message(self.body, content_type="application/json",
                             content_encoding="utf-8", application_headers=self.headers,
-                            delivery_mode=2, correlation_id=self.task_id)
+                            delivery_mode=2, correlation_id=self.correlation_id)
 
 
 def task_message(row: Claimed) -> TaskMessage:
     """The task message for ``row``, carrying its job key, token and lease stamp."""
-    args, kwargs, retries = decode_call(row.args, row.job_key, row.bucket)
-    task_id = str(uuid.uuid4())
+    args, kwargs, retries, trace = decode_traced(row.args, row.job_key, row.bucket)
+    # The job key is every run's Celery task id: the result backend holds the job's
+    # latest run under it, so apply_async's AsyncResult (tasks/stored_result.py) finds it.
+    task_id = row.job_key
     # Only the headers a Celery worker requires (it defaults the others): every
     # header costs encoding time on the hot path.
     headers: dict[str, Any] = {
@@ -51,6 +62,7 @@ def task_message(row: Claimed) -> TaskMessage:
     signing.sign(headers, settings().signing_key)  # RECUR_SIGNING_KEY; none: unsigned
     if retries:
         headers["retries"] = retries
+    tracing.carry(headers, trace)  # the stored run's context, for the next run's link
     body = json.dumps([args, kwargs, EMBED], separators=(",", ":")).encode()
     return TaskMessage(task_id, body, headers)
 

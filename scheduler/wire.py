@@ -19,7 +19,8 @@ commonest call of all, one message and nothing else, is stored as the JSON array
 ``[user_id, payload]`` (``[user_id, payload, kind]`` with a kind): the field
 names and the wrapper were a third of such a row's ``args``. Reading puts
 everything back, and also reads the full form ``{"args": [...], "kwargs": {...}}``
-(as sent to the broker).
+(as sent to the broker). With tracing on, a row also keeps the trace context of
+the run that wrote it (:func:`with_trace`, in the full form).
 """
 
 from __future__ import annotations
@@ -218,6 +219,12 @@ def decode_call(text: str, job_key: str | None = None, bucket: str | None = None
     Text that is not one of those forms (a row another writer put in the store)
     raises :class:`InvalidMessage` for ``args``, whatever is wrong with it.
     """
+    return decode_traced(text, job_key, bucket)[:3]
+
+
+def decode_traced(text: str, job_key: str | None = None, bucket: str | None = None
+                  ) -> tuple[list[Any], dict[str, Any], int, str | None]:
+    """:func:`decode_call`, and the trace context the row carries (:func:`with_trace`)."""
     try:
         return _decode(text, job_key, bucket)
     except (ValueError, TypeError, AttributeError, KeyError, OverflowError,
@@ -227,12 +234,13 @@ def decode_call(text: str, job_key: str | None = None, bucket: str | None = None
 
 
 def _decode(text: str, job_key: str | None, bucket: str | None
-            ) -> tuple[list[Any], dict[str, Any], int]:
+            ) -> tuple[list[Any], dict[str, Any], int, str | None]:
     body = json.loads(text)
     if isinstance(body, list):
         if not body:
             raise ValueError("an empty array is not a message")
-        return [_restore(dict(zip(MESSAGE_ARRAY, body, strict=False)), job_key, bucket)], {}, 0
+        return [_restore(dict(zip(MESSAGE_ARRAY, body, strict=False)), job_key, bucket)], {}, \
+            0, None
     if not isinstance(body, dict):
         raise TypeError(f"a JSON {type(body).__name__} is not a call")
     args, kwargs, retries = body.get("args", []), body.get("kwargs", {}), body.get("retries", 0)
@@ -243,7 +251,27 @@ def _decode(text: str, job_key: str | None, bucket: str | None
     args = list(args)
     if args:
         args[0] = _restore(args[0], job_key, bucket)
-    return args, dict(kwargs), retries
+    trace = body.get(TRACE)
+    return args, dict(kwargs), retries, trace if isinstance(trace, str) else None
+
+
+#: The full form's key holding the W3C ``traceparent`` of the run (or call) that
+#: wrote the row (routing/tracing/): the next run's span links to it.
+TRACE = "trace"
+
+
+def with_trace(text: str, trace: str | None, max_bytes: int) -> str:
+    """:func:`encode_call`'s ``text`` carrying ``trace`` (in the full form); ``text``
+    itself without one, or when the trace would take it past ``max_bytes``: tracing
+    never makes a call too large to store."""
+    if trace is None:
+        return text
+    body = json.loads(text)
+    if isinstance(body, list):
+        body = {"args": [dict(zip(MESSAGE_ARRAY, body, strict=False))]}
+    body[TRACE] = trace
+    traced = json.dumps(body, separators=SEPARATORS)
+    return traced if len(traced.encode()) <= max_bytes else text
 
 
 def message_of(args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Start any of the local services recur needs that is down, then wait until each answers.
-#   scripts/ensure-services.sh [rabbit] [management] [redis] [postgres] [chromium]
+#   scripts/ensure-services.sh [rabbit] [management] [redis] [postgres] [chromium] [prometheus]
 # (default: all of them). "management" enables RabbitMQ's management plugin (it ships with
 # the Debian package; Flower's Broker page reads queue depths from its API on 15672);
-# "chromium" installs Debian's chromium with apt-get if it is missing (the Flower UI test).
+# "chromium" installs Debian's chromium with apt-get if it is missing (the Flower UI test);
+# "prometheus" installs Debian's prometheus the same way (the dashboard test starts a private
+# one on its own port; the package's own service is not needed).
 # REDIS_PORT / REDIS_DIR choose the Redis instance (the tests start a private one).
 # Exits non-zero, naming the service, if one cannot be started.
 set -u
@@ -15,6 +17,7 @@ up_redis()    { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" 
 up_postgres() { pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; }
 up_management() { timeout 5 bash -c '</dev/tcp/127.0.0.1/15672' 2>/dev/null; }
 up_chromium() { command -v chromium >/dev/null 2>&1; }
+up_prometheus() { command -v prometheus >/dev/null 2>&1; }
 
 start_rabbit()   { rabbitmq-server -detached >/dev/null 2>&1; }
 start_redis()    {
@@ -27,10 +30,14 @@ start_chromium() {
   apt-get install -y --no-install-recommends chromium >/dev/null 2>&1 \
     || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends chromium >/dev/null 2>&1; }
 }
+start_prometheus() {
+  apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1 \
+    || { apt-get update >/dev/null 2>&1 && apt-get install -y --no-install-recommends prometheus >/dev/null 2>&1; }
+}
 start_postgres() { pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -1)" main start >/dev/null 2>&1; }
 
 status=0
-for svc in "${@:-rabbit management redis postgres chromium}"; do
+for svc in "${@:-rabbit management redis postgres chromium prometheus}"; do
   for one in $svc; do
     if "up_$one"; then echo "ensure-services: $one is up"; continue; fi
     echo "ensure-services: $one is down, starting it"

@@ -22,11 +22,19 @@ DEFAULT_QUEUE = "short"
 
 
 class RecurCelery(Celery):  # type: ignore[misc]
-    """Celery whose worker applies the bucket profile of the queue it consumes."""
+    """Celery whose worker applies the bucket profile of the queue it consumes, whose
+    revoke also cancels stored jobs (tasks/revoke.py), and whose AsyncResult reads the
+    due-jobs store for a job key (tasks/stored_result.py)."""
+
+    control_cls = "tasks.revoke:RecurControl"
 
     @cached_property
     def Worker(self) -> Any:
         return self.subclass_with_self("tasks.worker:BucketWorker")
+
+    @cached_property
+    def AsyncResult(self) -> Any:
+        return self.subclass_with_self("tasks.stored_result:StoredResult")
 
 
 def celery_config(cfg: Settings) -> dict[str, Any]:

@@ -14,9 +14,12 @@ from routing.messages import Message, validate_message
 from routing.recurrence import check_call
 from scheduler.calls import store_plan
 from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_of
-from tasks import aio
+from tasks import aio, many
 from tasks.distlock.runtime import numbered_at_submit
+from tasks.flow.defaults import deferral
+from tasks.flow.submit import placed_at_submit
 from tasks.settle import StoreCall, live_dispatch, run_dispatched
+from tasks.stored_result import StoredResult, forget_last_run, forget_previous, stored_result
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +38,9 @@ class MessageTask(Task):  # type: ignore[misc]
     routes_by_message = True
     #: Retries (when a task opts into them) stop at the delivery budget.
     max_retries = settings().max_deliveries - 1
-    #: Reports a parked locked job as ``task-parked``, not a success (tasks/distlock).
-    Request = "tasks.distlock.job:ParkAwareRequest"
+    #: Reports a parked locked job as ``task-parked``, not a success (tasks/distlock); a
+    #: stored job's copy is not discarded for its revoked job key (tasks/revoke.py).
+    Request = "tasks.revoke:StoreAwareRequest"
     #: The task recurs by its message's payload schedule (routing/recurrence.py),
     #: which ``apply_async`` then checks.
     recurs_by_payload = False
@@ -45,7 +49,8 @@ class MessageTask(Task):  # type: ignore[misc]
                     producer: Any = None, link: Any = None, link_error: Any = None,
                     shadow: Any = None, **options: Any) -> Any:
         """Celery's ``apply_async``; a delay of at least RECUR_SCHEDULE_THRESHOLD seconds,
-        a ``job_key=`` or a task rescheduling its own job goes to the due-jobs store.
+        a ``job_key=`` or a task rescheduling its own job goes to the due-jobs store, and
+        so does a rate-limited job whose key's next slot is that far (tasks/flow/submit.py).
 
         Bad input (negative countdown, naive eta, both, non-JSON args, invalid
         message or schedule) raises here and nothing is written or published.
@@ -59,13 +64,31 @@ class MessageTask(Task):  # type: ignore[misc]
         plan = store_plan(self.name, args, kwargs,
                           {**options, "link": link, "link_error": link_error},
                           job_key, self.request, settings(), not_before=not_before)
+        if plan is None and task_id is None and link is None and link_error is None:
+            far, options = placed_at_submit(self, args, kwargs, options)  # a rate limit's slot
+            if far is not None:
+                plan = store_plan(self.name, args, kwargs, {**options, "eta": far}, None,
+                                  self.request, settings(), not_before=True)
         if plan is None:  # a locked job is numbered now, or refused (LockLineFull)
             options = numbered_at_submit(self, args, kwargs, options)
-            return super().apply_async(args, kwargs, task_id, producer, link, link_error,
-                                       shadow, **options)
+            result = super().apply_async(args, kwargs, task_id, producer, link, link_error,
+                                         shadow, **options)
+            if isinstance(result, StoredResult):
+                result.stored = False  # a plain Celery call: no store to read
+            return result
         # inside an async task its own reschedule is written off the event loop
         call = StoreCall.of(plan)
-        return aio.defer_write(call) or call.write(settings(), self.request)
+        written = aio.defer_write(call)
+        if written is None:
+            if plan.reschedule_of is None:
+                forget_previous(self, plan.job.job_key)
+            written = call.write(settings(), self.request)
+        return stored_result(self, written)
+
+    def apply_many(self, calls: Any, **options: Any) -> list[str]:
+        """Many calls to the due-jobs store in one transaction, on the COPY path; their
+        job keys. Each call is what ``apply_async`` would store (tasks/many.py)."""
+        return many.apply_many(self, calls, options)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the task; a scheduler-dispatched copy is token-checked first.
@@ -77,10 +100,10 @@ class MessageTask(Task):  # type: ignore[misc]
         """
         dispatch = dispatch_of(self.request)
         if dispatch is None:
-            return aio.settle(self, super().__call__(*args, **kwargs))
+            return self.run_unless_deferred(args, kwargs)
         try:
-            return run_dispatched(self.request, dispatch, settings(), lambda: aio.settle(
-                self, super(MessageTask, self).__call__(*args, **kwargs)))
+            return run_dispatched(self.request, dispatch, settings(),
+                                  lambda: self.run_replacing(args, kwargs))
         except StoreUnavailable as exc:
             return self.hand_back(self.live_dispatch(dispatch), exc)
         except Reject as exc:
@@ -90,6 +113,22 @@ class MessageTask(Task):  # type: ignore[misc]
                 log.warning("job %s: %s; requeueing the message", dispatch.job_key, exc.reason)
                 raise Reject(exc.reason, requeue=True) from exc
             raise
+
+    def run_replacing(self, args: Any, kwargs: Any) -> Any:
+        """A live dispatched run: its task id is its job key, and Celery never overwrites
+        a stored SUCCESS, so the job's previous result goes before this run's is stored."""
+        try:
+            return self.run_unless_deferred(args, kwargs)
+        finally:
+            forget_last_run(self)
+
+    def run_unless_deferred(self, args: Any, kwargs: Any) -> Any:
+        """Run the task, unless the bucket file's default rate for it sends the job back
+        to the store for its slot (tasks/flow/defaults.py: what that returns)."""
+        deferred = deferral(self, args, kwargs)
+        if deferred is not None:
+            return deferred
+        return aio.settle(self, super().__call__(*args, **kwargs))
 
     def live_dispatch(self, delivered: Dispatch) -> Dispatch:
         """The dispatch as this run left it (its last delivery moves the lease stamp)."""
@@ -101,7 +140,8 @@ class MessageTask(Task):  # type: ignore[misc]
         log.warning("job %s: %s; handing the message back to its queue", dispatch.job_key, exc)
         request = self.request
         try:
-            super().apply_async(request.args, request.kwargs, retries=request.retries or 0,
+            super().apply_async(request.args, request.kwargs, task_id=request.id,
+                                retries=request.retries or 0,
                                 headers={DISPATCH_HEADER: dispatch.header()})
         except Exception as publish_exc:  # broker down too: the delivery is returned
             log.warning("job %s: cannot hand the message back (%s); requeueing it",

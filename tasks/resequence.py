@@ -30,7 +30,6 @@ from routing.messages import Message
 from routing.queues import OUTBOUND
 from routing.redis_client import get_redis
 from routing.reseq.intake import CeleryFace, use_celery
-from routing.reseq.sender import run_sender
 from routing.reseq.state import Resequencer
 from tasks import aio
 from tasks.app import app
@@ -121,6 +120,8 @@ class ResequenceProcessTask(MessageTask):
     instead of waiting for the gap timeout."""
 
     abstract = True
+    #: Its destination's rate limits it (RECUR_DESTINATIONS rate=), not a bucket's.
+    rate_limit_defaults = False
 
     def on_failure(self, exc: BaseException, task_id: str, args: tuple[Any, ...],
                    kwargs: dict[str, Any], einfo: Any) -> None:
@@ -164,6 +165,9 @@ def resequence_batch(results: list[dict[str, Any]], destination: str,
 @app.task(name="tasks.resequence_send", queue=OUTBOUND.queue)
 def resequence_send(destination: str) -> str:
     """Send ``destination``'s ready messages in order (one sender at a time)."""
+    # Here, not at the top: the sender brings httpx, which only the outbound worker uses.
+    from routing.reseq.sender import run_sender
+
     reseq = resequencer()
 
     def wake(delay: float) -> None:

@@ -25,7 +25,9 @@ from celery.exceptions import Ignore, Reject, Retry
 from config.buckets_in_use import bucket_table
 from config.errors import PermanentFailure, StoreError
 from config.settings import Settings
+from routing import tracing
 from scheduler.calls import ScheduledJob, StorePlan, utcnow
+from scheduler.group_commit import schedule_job
 from scheduler.metrics import STALE_DROPPED
 from scheduler.outages import budget_for, ride_out
 from scheduler.store import DueStore, get_store
@@ -50,6 +52,8 @@ class RunState:
     pending: StoreCall | None = None
     #: The run decided its row's fate (rescheduled it, or a lock parked it): no finish.
     settled: bool = False
+    #: ``time.time()`` when the run passed its token check and started (its lateness).
+    started_at: float | None = None
 
 
 def _state_on(request: Any) -> RunState | None:
@@ -90,7 +94,7 @@ class StoreCall(StorePlan):
         """
         store, job = get_store(cfg.database_url), self.job
         if self.reschedule_of is None:
-            store.schedule([job], utcnow())
+            schedule_job(store, job, cfg)  # a commit shared with concurrent calls
             return ScheduledJob(job.job_key, job.due_at)
         state = run_state(request)
         state.pending = self  # until it is written: no finish for this run
@@ -104,8 +108,11 @@ class StoreCall(StorePlan):
         """The token-checked reschedule; False (logged) when this copy is stale."""
         assert self.reschedule_of is not None
         job, token = self.job, self.reschedule_of.token
-        accepted = store.reschedule(job.job_key, token, job.due_at, utcnow(), args=job.args,
-                                    early_at=job.early_at)
+        with tracing.span("recur.reschedule", job_key=job.job_key, token=token,
+                          due_at=job.due_at) as span:
+            accepted = store.reschedule(job.job_key, token, job.due_at, utcnow(), args=job.args,
+                                        early_at=job.early_at)
+            span.set(accepted=accepted)
         if not accepted:
             STALE_DROPPED.labels("reschedule").inc()
             log.warning("job %s: not rescheduled, token %d is stale (the job was dispatched "
@@ -161,8 +168,11 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings,
                     "job's live dispatch is %s", key, dispatch.token,
                     dispatch.lease_us, "none" if live is None else
                     f"token {live[0]} (lease {live[1] and micros(live[1])})")
+        # Its task id is the job key: its None must not replace the job's stored result.
+        request.ignore_result = True
         return None
     dispatch = state.dispatch = last_chance(request, dispatch, store, cfg)
+    state.started_at = time.time()
     try:
         result = run()
     except (*NOT_A_FAILED_RUN, PermanentFailure):  # running again soon would not help

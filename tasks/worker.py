@@ -9,18 +9,17 @@ consumes exactly one bucket queue, options left at Celery's defaults
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from celery.apps.worker import Worker
 from celery.concurrency.prefork import TaskPool as PreforkPool
-from celery.concurrency.thread import TaskPool as ThreadsPool
 
 from config.buckets import Bucket
 from config.buckets_in_use import bucket_table
 from tasks import aio
-
-#: Seconds between two wake-ups of a threads-pool worker's event loop (see below).
-ACK_FLUSH_INTERVAL = 0.01
+from tasks.ack_flush import flush_acks_often
+from tasks.due_timers import fire_every_due_timer
 
 
 def single_bucket(queues: Any) -> Bucket | None:
@@ -43,8 +42,13 @@ class BucketWorker(Worker):  # type: ignore[misc]
         aio.set_worker_limits(me.time_limit, me.soft_time_limit)
         super().setup_instance(queues=queues, **kwargs)
 
+    def on_start(self) -> None:
+        super().on_start()
+        freeze_before_fork()  # the pool step, next, forks the prefork children
+
     def on_consumer_ready(self, consumer: Any) -> None:
         flush_acks_often(consumer)
+        fire_every_due_timer(getattr(consumer, "hub", None))  # before the loop is made
         super().on_consumer_ready(consumer)
 
     def apply_profile(self, bucket: Bucket) -> None:
@@ -62,19 +66,14 @@ class BucketWorker(Worker):  # type: ignore[misc]
             me.soft_time_limit = bucket.soft_time_limit
 
 
-def flush_acks_often(consumer: Any) -> None:
-    """Wake a threads-pool worker's event loop every ACK_FLUSH_INTERVAL seconds.
+def freeze_before_fork() -> None:
+    """Move every object the worker has made so far out of the garbage collector's reach.
 
-    A pool thread that finished a task queues its late ack for the consumer's
-    event loop, which runs it only when it next wakes: on broker traffic or a
-    timer, up to a second later (celery/celery#6941). Meanwhile the message
-    counts against the prefetch window, so with the io bucket's 200 threads the
-    worker sat idle with 200 finished, unacknowledged messages and ran about 100
-    tasks a second. A no-op timer bounds the delay (100 wake-ups a second cost
-    well under 1 % of a core)."""
-    if isinstance(consumer.pool, ThreadsPool):
-        consumer.timer.call_repeatedly(ACK_FLUSH_INTERVAL, _wake)
-
-
-def _wake() -> None:
-    """Nothing: the event loop runs its queued acks when it wakes for this timer."""
+    A prefork child shares the parent's memory until it writes to a page. A
+    collection in the child writes to the header of every object it examines, so
+    the first full collection copied nearly every page of the modules it shares:
+    half of each child's 84 MB became its own. Frozen objects are never examined
+    (they live as long as the process anyway), so those pages stay shared; a
+    threads pool's collections skip them too. docs/operations.md#memory."""
+    gc.collect()
+    gc.freeze()

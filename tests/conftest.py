@@ -30,13 +30,17 @@ pytest_plugins = ["tests.support.fixtures", "tests.support.store_fixtures",
 PROCESS_MODULES = frozenset({
     "test_bucket_routing", "test_demo", "test_destination_refusals", "test_distlock_park",
     "test_distlock_workers", "test_rate_limit_workers",
-    "test_exporter", "test_flower", "test_flower_chromium", "test_head_of_line",
+    "test_exporter", "test_flower", "test_flower_chromium", "test_flower_scheduled",
+    "test_head_of_line",
     "test_forged_headers", "test_redis_caps", "test_scheduler_bad_rows", "test_transform_keys",
     "test_job_control_process", "test_process_metrics", "test_redis_startup", "test_resequencer",
     "test_scheduler_cycle", "test_scheduler_process", "test_seed", "test_seed_end_to_end",
     "test_seed_sinks", "test_user_tasks", "test_watermark_schedulers", "test_worker_profile",
     "test_transform", "test_transform_copy", "test_metrics_access",
-    "test_jitter_seed", "test_jitter_workers"})
+    "test_jitter_seed", "test_jitter_workers", "test_prometheus_panels",
+    "test_tracing_workers", "test_destination_rate", "test_bucket_rate_workers",
+    "test_stored_result", "test_fair_share_process",
+    "test_scheduler_idle", "test_bench_quiet"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

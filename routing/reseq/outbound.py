@@ -249,12 +249,16 @@ def post_once(url: str, delivery: Delivery, cfg: Settings) -> int:
 
 
 def post_with_retries(url: str, delivery: Delivery, cfg: Settings,
-                      still_mine: Callable[[], bool]) -> Answer | None:
+                      still_mine: Callable[[], bool],
+                      paced: Callable[[], bool] | None = None) -> Answer | None:
     """POST; a try that may pass is retried up to RECUR_SEND_RETRIES times with doubling
     backoff. The first answer that is not a RETRY, or the last try's.
 
     ``still_mine`` is asked before every try (it extends the sender lease); None
-    means the lease was lost and nothing more may be sent.
+    means the lease was lost and nothing more may be sent. ``paced`` (a destination
+    with a rate: routing/reseq/pace.py) is asked before every retry: it waits for the
+    retry's slot, or says False when the slot is far off, and the last answer is
+    returned then (the sender backs off).
     """
     wait, tries = min(cfg.send_backoff, cfg.send_backoff_max), 0
     while still_mine():
@@ -264,4 +268,6 @@ def post_with_retries(url: str, delivery: Delivery, cfg: Settings,
             return replace(answer, tries=tries)
         time.sleep(wait)
         wait = min(wait * 2, cfg.send_backoff_max)
+        if paced is not None and not paced():
+            return replace(answer, tries=tries)
     return None

@@ -23,7 +23,9 @@ seen, as in Camel's stream resequencer, so a backlog in the processing queues
 (which keeps arrival order) is not mistaken for a lost message. A sender that
 has to wait (a gap not yet timed out, a destination that stays down, another
 sender's lease) books a delayed run of itself through ``wake`` instead of
-sleeping on it.
+sleeping on it. A destination with a rate (``RECUR_DESTINATIONS``: ``rate=10/s``) has
+every try of a send wait for its slot first (routing/reseq/pace.py): a near slot is
+slept for, a far one is a booked run of the sender, the lease kept until it.
 """
 
 from __future__ import annotations
@@ -37,10 +39,13 @@ from functools import partial
 
 from config.destination_policy import Verdict
 from config.errors import ServiceUnavailable
+from routing import tracing
 from routing.reseq.dead_letters import DeadLetter, letter, publish
+from routing.reseq.hold import observe_hold
 from routing.reseq.lease import Heartbeat, holder_token
 from routing.reseq.outage import answered, held_back
 from routing.reseq.outbound import Answer, Delivery, post_with_retries
+from routing.reseq.pace import slot_wait
 from routing.reseq.state import Next, Resequencer, skip_record
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,7 @@ class Step(Enum):
     WAIT = "wait"  # nothing to send now: release, unless something became ready
     BACKOFF = "backoff"  # the destination keeps failing: hold it, try again later
     LOST = "lost"  # the lock is gone: stop without touching anything
+    PACED = "paced"  # the next send's slot under the destination's rate is far off
 
 
 #: Seconds one sender run keeps going before it hands its turn back (re-queued at
@@ -66,13 +72,15 @@ class Step(Enum):
 TURN_SECONDS = 10.0
 
 
-@dataclass(frozen=True)
+@dataclass
 class Lease:
     """The running sender's hold on its destination, and where its dead letters go."""
 
     token: str
     fence: int
     set_aside: SetAside
+    #: Seconds until the next send's slot, when the run ends waiting for it (Step.PACED).
+    paced: float = 0.0
 
 
 def run_sender(reseq: Resequencer, destination: str, wake: Wake,
@@ -98,6 +106,9 @@ def run_sender(reseq: Resequencer, destination: str, wake: Wake,
             # retries at once.
             reseq.extend(destination, token, int(reseq.cfg.send_backoff_max * 1000))
             wake(reseq.cfg.send_backoff_max)
+        elif outcome == "paced":  # the same until the slot: the booked run sends it
+            reseq.extend(destination, token, max(1, int(lease.paced * 1000)))
+            wake(lease.paced)
         return outcome
     except BaseException:
         reseq.release(destination, token, force=True)
@@ -118,6 +129,8 @@ def send_turn(reseq: Resequencer, destination: str, lease: Lease, wake: Wake,
             return "lost"
         if step is Step.BACKOFF:
             return "backoff"
+        if step is Step.PACED:
+            return "paced"
         if step is Step.WAIT and reseq.release(destination, lease.token) != "more":
             return "idle"
         if time.monotonic() > turn_ends:
@@ -152,11 +165,18 @@ def deliver(reseq: Resequencer, destination: str, lease: Lease, nxt: Next) -> St
     if url is None:
         return set_aside(reseq, destination, lease, nxt, "not sent: the destination is not "
                          "in this sender's RECUR_DESTINATIONS")
+    lease.paced = slot_wait(reseq, destination, nxt.seq)
+    if lease.paced > 0:
+        return Step.PACED
     delivery = Delivery(destination=destination, seq=nxt.seq, message_id=nxt.entry["id"],
                         arrived_at=nxt.pending["t"] / 1000, result=nxt.entry.get("result"),
                         fence=lease.fence)
-    answer = post_with_retries(url, delivery, reseq.cfg,
-                               lambda: reseq.extend(destination, lease.token))
+    tracing.record("recur.reseq.hold", delivery.arrived_at, destination=destination, seq=nxt.seq)
+    with tracing.span("recur.reseq.send", destination=destination, seq=nxt.seq) as span:
+        answer = post_with_retries(url, delivery, reseq.cfg,
+                                   lambda: reseq.extend(destination, lease.token),
+                                   lambda: slot_wait(reseq, destination, nxt.seq) <= 0)
+        span.set(status=answer.status if answer is not None else None)
     if answer is None:
         log.warning("destination %s: sender lost its lease before seq %d; another sender "
                     "takes over", destination, nxt.seq)
@@ -175,6 +195,7 @@ def follow(reseq: Resequencer, destination: str, lease: Lease, nxt: Next,
     if answer.verdict is Verdict.DEAD:
         return set_aside(reseq, destination, lease, nxt, f"refused: {answer.describe()}",
                          answer.status)
+    observe_hold(destination, nxt, reseq.cfg.metrics_top_destinations)
     return advanced(reseq.advance(destination, lease.token, nxt.seq), destination, nxt.seq)
 
 

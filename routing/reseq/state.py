@@ -28,6 +28,8 @@ from routing.reseq.lease import lease_ms
 
 #: Skip records kept per destination (newest first); the counter counts them all.
 SKIPPED_KEPT = 1000
+#: The stats field of sends that waited for their slot (gcra.lua's, label 'rate').
+RATE_WAITS = "deferred:rate"
 
 
 def redis_errors(what: str) -> redis_client.redis_errors:
@@ -104,6 +106,8 @@ class Status:
     #: Tries the destination held back or refused, by status ("401": 12).
     refused: dict[str, int] = field(default_factory=dict)
     outage: Outage | None = None
+    #: Sends that waited for their slot under the destination's rate (routing/reseq/pace.py).
+    rate_waits: int = 0
 
 
 class Resequencer:
@@ -280,7 +284,8 @@ class Resequencer:
                       sent=int(stats.get("sent", 0)), skipped=int(stats.get("skipped", 0)),
                       late=int(stats.get("late", 0)), sender_active=bool(sender),
                       dead_lettered=int(stats.get("dead", 0)), refused=refused,
-                      outage=Outage.of(outage) if outage else None)
+                      outage=Outage.of(outage) if outage else None,
+                      rate_waits=int(stats.get(RATE_WAITS, 0)))
 
     def skipped(self, destination: str, limit: int = 100) -> list[dict[str, Any]]:
         """The newest skip records of a destination, newest first."""

@@ -48,10 +48,13 @@ class AsideRows:
     def set_aside_bucket(self, bucket: str, due_before: datetime, limit: int, reason: str,
                          now: datetime) -> int:
         """Set aside up to ``limit`` scheduled rows of ``bucket`` due before ``due_before``
-        (a bucket no longer in the table); returns how many."""
-        stmt = q.set_aside_rows(bucket, due_before, limit, now)
+        (a bucket no longer in the table), rows fair share dealt back too; returns how
+        many."""
         with self.store.transaction(f"set aside rows of bucket {bucket}") as conn:
-            keys = list(conn.execute(stmt).scalars())
+            keys = list(conn.execute(q.set_aside_rows(bucket, due_before, limit, now)).scalars())
+            if len(keys) < limit:
+                keys += conn.execute(q.set_aside_rows(bucket, due_before, limit - len(keys),
+                                                      now, dealt=True)).scalars()
             if keys:
                 conn.execute(RECORD_SET_ASIDE[self.store.dialect], [
                     {"key": key, "bucket": bucket, "reason": reason[:MAX_REASON], "now": now}

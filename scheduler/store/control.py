@@ -7,12 +7,13 @@ Every statement here is served by an index, so each call costs the same at
 - a page of ``recur jobs list``: a *bounded walk* of one index in its order,
   resumed from a keyset cursor. The filters the index serves bound the walk
   (a user: ``ix_due_jobs_user``; a bucket's scheduled rows, and due times:
-  ``ix_due_jobs_scheduled``; dispatched rows: ``ix_due_jobs_leased``; else
+  ``ix_due_jobs_scheduled``, merged with ``ix_due_jobs_dealt_due`` for rows fair
+  share dealt into rounds; dispatched rows: ``ix_due_jobs_leased``; else
   the primary key); the other filters are tested on the walked rows only. A
   page walks at most ``walk`` rows: with a filter no index serves, a page may
   come back short (even empty) with a cursor to go on from, never a scan of
   the table;
-- a user's jobs to cancel: ``ix_due_jobs_user``, a batch per transaction.
+- a user's jobs to cancel or move: ``ix_due_jobs_user``, a batch per transaction.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from sqlalchemy import ColumnElement, and_, or_, true
 
 from scheduler.store import operator_queries as q
 from scheduler.store.base import StoreCore, task_codes
+from scheduler.store.fair_queries import scheduled_in_due_order as in_due_order
 from scheduler.store.schema import DISPATCHED, SCHEDULED, SET_ASIDE, due_jobs
 
 STATES = {"scheduled": SCHEDULED, "dispatched": DISPATCHED, "set-aside": SET_ASIDE}
@@ -109,12 +111,15 @@ class Walk:
     rest: list[ColumnElement[bool]]
 
     def after(self, cursor: str) -> ColumnElement[bool]:
-        """Rows strictly after the cursor in this walk's order."""
+        """Rows strictly after the cursor in this walk's order; ValueError for a cursor
+        that is not one of this walk's (another listing's, or made up)."""
         values = decode_cursor(cursor)
         if len(self.order) == 1:
             newer: ColumnElement[bool] = due_jobs.c.job_key > values[-1]
             return newer
-        due, key = datetime.fromisoformat(values[0]), values[1]
+        due, key = datetime.fromisoformat(values[0]), values[-1]
+        if len(values) != 2 or due.tzinfo is None:
+            raise ValueError("not a cursor of this walk")
         return and_(due_jobs.c.due_at >= due,
                     or_(due_jobs.c.due_at > due, due_jobs.c.job_key > key))
 
@@ -194,7 +199,9 @@ class JobControl:
         where = [*plan.bound, *([plan.after(after)] if after else [])]
         hit = and_(*plan.rest) if plan.rest else true()
         steps = walk if plan.rest else limit
-        stmt = q.list_jobs(hit, where, plan.order, steps)
+        stmt = (in_due_order(hit, where, plan.order, steps)  # rows dealt back too
+                if plan.index == "ix_due_jobs_scheduled" else
+                q.list_jobs(hit, where, plan.order, steps))
         with self.store.transaction("list jobs") as conn:
             rows = list(conn.execute(stmt))
         names = self._names()
@@ -239,6 +246,22 @@ class JobControl:
         with self.store.transaction("reschedule a job") as conn:
             row = conn.execute(stmt).first()
         return None if row is None else self._row(row, names)
+
+    def move_user(self, user: str, due_at: datetime, now: datetime) -> tuple[int, int]:
+        """Move every scheduled row of ``user`` as :meth:`move` does, a batch of keys per
+        transaction along ``ix_due_jobs_user``; (rows moved, rows left as they were)."""
+        moved = left = 0
+        after = ""
+        while True:
+            with self.store.transaction("reschedule a user's jobs") as conn:
+                keys = list(conn.execute(q.user_keys(self.user_of, user, after,
+                                                     CANCEL_BATCH)).scalars())
+                done = len(list(conn.execute(q.move_jobs(self.store.dialect, keys, due_at,
+                                                         now)))) if keys else 0
+            moved, left = moved + done, left + len(keys) - done
+            if len(keys) < CANCEL_BATCH:
+                return moved, left
+            after = keys[-1]
 
     def pause(self, bucket: str, now: datetime) -> bool:
         """Stop dispatching ``bucket``; False if it was paused already."""

@@ -2,7 +2,8 @@
 next minutes (``recur status``'s jitter line, ``recur_jobs_due_histogram``).
 
 One grouped statement: a range of the drain index (``ix_due_jobs_scheduled``:
-bucket, due_at, scheduled rows only) from now to now + N minutes, each row
+bucket, due_at, scheduled rows only; a row fair share dealt back was due when it
+was dealt, so none is in the window) from now to now + N minutes, each row
 counted into its minute by a ``CASE`` on bound instants (portable: PostgreSQL
 and SQLite alike). Its cost is the rows due in the window, not the population.
 """
@@ -35,7 +36,8 @@ def histogram_statement(minutes: int) -> Select[Any]:
               for i in range(minutes)]
     return (select(due_jobs.c.bucket, *counts)
             .where(due_jobs.c.bucket.in_(bindparam("buckets", expanding=True)),
-                   due_jobs.c.state == SCHEDULED, due >= _edge(0), due < _edge(minutes))
+                   due_jobs.c.state == SCHEDULED, due_jobs.c.turn == 0,
+                   due >= _edge(0), due < _edge(minutes))
             .group_by(due_jobs.c.bucket))
 
 

@@ -76,8 +76,22 @@ def move_job(job_key: str, due_at: datetime, now: datetime) -> Update:
     """move_job: a scheduled row's new due time (its floor too: the operator's time)."""
     return (update(due_jobs)
             .where(due_jobs.c.job_key == job_key, due_jobs.c.state == SCHEDULED)
-            .values(due_at=due_at, early_at=due_at, updated_at=now)
+            .values(due_at=due_at, early_at=due_at, updated_at=now, turn=0)
             .returning(*COLUMNS))
+
+
+def user_keys(user_of: ColumnElement[str], user: str, after: str, batch: int) -> Select[Any]:
+    """user_keys: the user's next keys after ``after``, in key order (ix_due_jobs_user)."""
+    return (select(due_jobs.c.job_key).where(user_of == user, due_jobs.c.job_key > after)
+            .order_by(due_jobs.c.job_key).limit(batch))
+
+
+def move_jobs(dialect: str, keys: list[str], due_at: datetime, now: datetime) -> Update:
+    """move_jobs: the scheduled ones of ``keys`` to a new due time, as ``move_job``."""
+    return (update(due_jobs)
+            .where(key_in(dialect, keys), due_jobs.c.state == SCHEDULED)
+            .values(due_at=due_at, early_at=due_at, updated_at=now, turn=0)
+            .returning(due_jobs.c.job_key))
 
 
 # -- bucket pauses ------------------------------------------------------------------
@@ -114,17 +128,20 @@ _ASIDE_COLUMNS = (due_set_aside.c.job_key, due_set_aside.c.bucket, due_set_aside
 _LIVE = and_(due_jobs.c.job_key == due_set_aside.c.job_key, due_jobs.c.state == SET_ASIDE)
 
 
-def set_aside_rows(bucket: str, due_before: datetime, limit: int, now: datetime) -> Update:
+def set_aside_rows(bucket: str, due_before: datetime, limit: int, now: datetime,
+                   dealt: bool = False) -> Update:
     """set_aside_rows: the bucket's due rows (aside_bucket_rows: not held by another
-    scheduler) out of every index; their reasons are recorded after."""
+    scheduler) out of every index; their reasons are recorded after. Those fair share
+    dealt into rounds with ``dealt`` (their index), else the others (the drain index)."""
     pick = (select(due_jobs.c.job_key)
             .where(due_jobs.c.bucket == bucket, due_jobs.c.state == SCHEDULED,
+                   due_jobs.c.turn != 0 if dealt else due_jobs.c.turn == 0,
                    due_jobs.c.due_at <= due_before)
             .order_by(due_jobs.c.due_at).limit(limit).with_for_update(skip_locked=True))
     return (update(due_jobs)
             .where(due_jobs.c.job_key.in_(pick.scalar_subquery()),
                    due_jobs.c.state == SCHEDULED)
-            .values(state=SET_ASIDE, updated_at=now).returning(due_jobs.c.job_key))
+            .values(state=SET_ASIDE, turn=0, updated_at=now).returning(due_jobs.c.job_key))
 
 
 def list_set_aside(bucket: str | None, limit: int) -> Select[Any]:

@@ -91,9 +91,9 @@ SET_LEASE = update(due_jobs).where(
 JOURNALED = (RESCHEDULE, FINISH, SET_LEASE)
 
 # -- the scheduler's dispatch -------------------------------------------------------
-# claim_rows: the earliest due scheduled rows of one bucket (ix_due_jobs_scheduled),
-# skipping rows another scheduler holds. claim_early (idle pull-forward): the
-# scheduled rows whose floor has passed, those that became eligible first (rows
+# claim_rows: the earliest due scheduled rows of one bucket (ix_due_jobs_scheduled: not
+# dealt into rounds: fair_queries.py), skipping rows another scheduler holds; claim_early:
+# the scheduled rows whose floor has passed, those that became eligible first (rows
 # that never ran: earliest due first): one range of ix_due_jobs_early, whatever
 # the population. Ordering every eligible row by due time instead would sort up
 # to the whole bucket each pass.
@@ -102,13 +102,14 @@ _CLAIM = (select(due_jobs.c.job_key, due_jobs.c.task_id, due_jobs.c.args, due_jo
           .limit(bindparam("limit")).with_for_update(skip_locked=True))
 _SCHEDULED_OF = (due_jobs.c.bucket == bindparam("bucket"), due_jobs.c.state == SCHEDULED)
 _NOW = bindparam("now", type_=UtcDateTime())
-CLAIM_DUE = _CLAIM.where(*_SCHEDULED_OF, due_jobs.c.due_at <= _NOW).order_by(due_jobs.c.due_at)
+CLAIM_DUE = _CLAIM.where(*_SCHEDULED_OF, due_jobs.c.turn == 0, due_jobs.c.due_at <= _NOW
+                         ).order_by(due_jobs.c.due_at)
 CLAIM_EARLY = _CLAIM.where(*_SCHEDULED_OF, due_jobs.c.early_at <= _NOW).order_by(
     due_jobs.c.early_at, due_jobs.c.due_at)
-# mark_dispatched: new token, due again when the lease ends, one more attempt.
+# mark_dispatched: new token, due again when the lease ends, one more attempt; turn 0.
 MARK_DISPATCHED = update(due_jobs).where(
     due_jobs.c.job_key == any_(bindparam("keys", type_=postgresql.ARRAY(Text()))),
-).values(state=DISPATCHED, token=due_jobs.c.token + 1,
+).values(state=DISPATCHED, token=due_jobs.c.token + 1, turn=0,
          due_at=bindparam("lease", type_=UtcDateTime()), attempts=due_jobs.c.attempts + 1,
          updated_at=bindparam("now", type_=UtcDateTime()))
 
@@ -116,15 +117,14 @@ MARK_DISPATCHED = update(due_jobs).where(
 def mark_dispatched_in(dialect: str, keys: list[str], lease: Any, now: Any) -> Update:
     """mark_dispatched (SQLite): as MARK_DISPATCHED, with IN for the keys."""
     return (update(due_jobs).where(key_in(dialect, keys))
-            .values(state=DISPATCHED, token=due_jobs.c.token + 1,
-                    due_at=lease, attempts=due_jobs.c.attempts + 1,
-                    updated_at=now))
+            .values(state=DISPATCHED, token=due_jobs.c.token + 1, turn=0,
+                    due_at=lease, attempts=due_jobs.c.attempts + 1, updated_at=now))
 
 
 # set_aside_row: a row the broker cannot take leaves every index (state 2), and
 # record_set_aside says why (one row each: setting rows aside is rare).
 SET_ASIDE_ROW = update(due_jobs).where(due_jobs.c.job_key == bindparam("key")).values(
-    state=SET_ASIDE, updated_at=bindparam("now", type_=UtcDateTime()))
+    state=SET_ASIDE, turn=0, updated_at=bindparam("now", type_=UtcDateTime()))
 
 
 def _record_set_aside(module: Any) -> Any:
@@ -167,7 +167,7 @@ def upsert_jobs(dialect: str) -> Any:
                                else_=due_jobs.c.early_at),
               # a set-aside row written again is a new call: scheduled afresh
               "state": case((aside, SCHEDULED), else_=state),
-              "attempts": case((aside, 0), else_=due_jobs.c.attempts),
+              "attempts": case((aside, 0), else_=due_jobs.c.attempts), "turn": 0,
               "updated_at": new.updated_at})
 
 
@@ -286,7 +286,7 @@ def bucket_stats(now: Any) -> Select[Any]:
     ).group_by(due_jobs.c.bucket)
 
 
-_SCHEDULED_IN = and_(due_jobs.c.bucket == bindparam("bucket"), due_jobs.c.state == SCHEDULED)
+_SCHEDULED_IN = and_(*_SCHEDULED_OF, due_jobs.c.turn == 0)  # dealt rows: fair_queries.py
 # oldest_scheduled: the drain index's first entry for the bucket.
 OLDEST_SCHEDULED = select(due_jobs.c.due_at).where(_SCHEDULED_IN).order_by(
     due_jobs.c.due_at).limit(1)

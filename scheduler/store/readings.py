@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from scheduler.store.base import StoreCore
+from scheduler.store.fair_queries import DEALT_CAPPED, OLDEST_DEALT
 from scheduler.store.queries import (
     COUNTER_TOTALS,
     DISPATCHED_PER_BUCKET,
@@ -38,8 +39,9 @@ def heads(store: StoreCore, buckets: Sequence[str], now: datetime, due_cap: int
           ) -> dict[str, BucketHead]:
     """Per bucket what the exporter reads often: each read is bounded, never a full scan.
 
-    Oldest scheduled row: the first entry of the partial drain index. Due rows:
-    counted through that index up to ``due_cap``. Dispatched rows: the lease index
+    Oldest scheduled row: the first entry of the partial drain index, or of the dealt
+    rows' (fair share). Due rows: counted through those indexes up to ``due_cap``
+    each (rows dealt back are all due). Dispatched rows: the lease index
     (as many as are in flight, bounded by the watermarks). Counters: a tiny table.
     """
     found: dict[str, BucketHead] = {}
@@ -50,6 +52,11 @@ def heads(store: StoreCore, buckets: Sequence[str], now: datetime, due_cap: int
             first = conn.execute(OLDEST_SCHEDULED, {"bucket": bucket}).scalar()
             count = conn.execute(DUE_CAPPED, {"bucket": bucket, "now": now,
                                               "cap": due_cap}).scalar()
+            dealt = conn.execute(DEALT_CAPPED, {"bucket": bucket, "cap": due_cap}).scalar()
+            if dealt:
+                oldest = conn.execute(OLDEST_DEALT, {"bucket": bucket}).scalar()
+                first = oldest if first is None else min(first, oldest)
+                count = min(int(count or 0) + int(dealt), due_cap)
             found[bucket] = BucketHead(
                 bucket, first, int(count or 0), int(count or 0) >= due_cap,
                 in_flight.get(bucket, 0), counters.get((bucket, RECOVERED), 0),

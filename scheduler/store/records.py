@@ -69,6 +69,11 @@ class BucketStats:
     dead_lettered: int = 0
     #: Rows set aside (state SET_ASIDE): the broker cannot take their messages.
     set_aside: int = 0
+    #: Fields that are estimates (``scheduled``: PostgreSQL's, scheduler/store/estimates.py).
+    estimated: tuple[str, ...] = ()
+    #: Fields that are lower bounds: counting stopped at a cap (``due``, ``scheduled``,
+    #: ``set_aside``).
+    at_least: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

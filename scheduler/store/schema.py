@@ -60,6 +60,9 @@ class UtcDateTime(TypeDecorator[datetime]):
 
 
 NOW = text("CURRENT_TIMESTAMP")
+#: The predicates of the drain index and of the dealt rows' indexes (migration 0007).
+UNDEALT = "state = 0 AND turn = 0"
+DEALT = "state = 0 AND turn <> 0"
 metadata = MetaData()
 
 #: The task names the rows refer to by a small code: at tens of millions of
@@ -91,10 +94,19 @@ due_jobs = Table(
     Column("early_at", UtcDateTime, nullable=False, server_default=text("'1970-01-01'")),
     # Runs that rescheduled the job (shown by `recur jobs show`).
     Column("runs", Integer, nullable=False, server_default=text("0")),
+    # Fair share (scheduler/fair_share.py): 0, or the round a scheduled row was dealt
+    # into while its bucket was behind. Every other write makes it 0 again.
+    Column("turn", Integer, nullable=False, server_default=text("0")),
     # The drain reads the earliest scheduled rows of one bucket: partial, so
-    # dispatched rows cost nothing in it.
+    # dispatched rows (and rows dealt into rounds) cost nothing in it.
     Index("ix_due_jobs_scheduled", "bucket", "due_at",
-          postgresql_where=text("state = 0"), sqlite_where=text("state = 0")),
+          postgresql_where=text(UNDEALT), sqlite_where=text(UNDEALT)),
+    # Rows dealt into rounds: claimed by round, then due time; read in due order (lag,
+    # lists).
+    Index("ix_due_jobs_dealt", "bucket", "turn", "due_at",
+          postgresql_where=text(DEALT), sqlite_where=text(DEALT)),
+    Index("ix_due_jobs_dealt_due", "bucket", "due_at", "job_key",
+          postgresql_where=text(DEALT), sqlite_where=text(DEALT)),
     # The lease monitor reads the dispatched rows whose lease ran out.
     Index("ix_due_jobs_leased", "due_at",
           postgresql_where=text("state = 1"), sqlite_where=text("state = 1")),

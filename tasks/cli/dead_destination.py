@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
+from config.destinations import DESTINATION_NAME
 from config.errors import InvalidArgument, ResequencerFull
 from config.settings import settings
-from config.settings_parsers import DESTINATION_NAME
 from tasks.cli.params import DestinationArg
 
 

@@ -1,9 +1,11 @@
-"""``recur flower``'s process: Flower, with the two things recur needs changed.
+"""``recur flower``'s process: Flower, with what recur needs changed or added.
 
 - ``/metrics`` asks for the same basic-auth credentials as every other page
   (Flower serves it to anyone); it would show task names and worker names.
 - The Broker page lists every recur queue, the ``.dead`` ones included, not
   only the queues workers consume right now: an operator must see what died.
+- A Scheduled page (``/scheduled``, tasks/cli/flower_pages.py) shows and acts on
+  the jobs waiting in the due-jobs store, which Flower cannot see.
 
 Its one login comes from RECUR_FLOWER_USER / RECUR_FLOWER_PASSWORD through
 :func:`basic_auth`, which refuses what Flower would misread: it splits its
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 from tornado import web
 
 from config.errors import EXIT_ERROR, ConfigError
+from tasks.cli.flower_pages import install as install_pages
 
 #: Flower options that would add logins beside (or instead of) the checked one.
 AUTH_OPTIONS = ("--basic-auth", "--basic_auth", "--auth")
@@ -100,6 +103,7 @@ def main() -> None:
         print(f"recur: {exc}", file=sys.stderr)
         sys.exit(EXIT_ERROR)
     patch_flower()
+    install_pages()
     sys.argv = ["celery", *sys.argv[1:]]
     celery_main()
 

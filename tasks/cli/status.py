@@ -25,18 +25,25 @@ from config.settings import Settings, settings
 from routing.broker import QueueStats, inspect_queues
 from routing.queues import missing_queues_line
 from scheduler.store.due_histogram import MINUTES_AHEAD, due_histogram
+from scheduler.store.estimates import HEAD_CAP, MINUTE_CAP, bounded_histogram
 from tasks.cli import status_table as st
 from tasks.cli.group import cli
+from tasks.cli.status_fair import fair_share_lines, fair_share_state
 
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object, for machines.")
-def status(as_json: bool) -> None:
+@click.option("--exact", is_flag=True,
+              help="Count every row (a scan of the table: seconds at millions of rows) "
+                   "instead of PostgreSQL's estimates and capped index probes.")
+def status(as_json: bool, exact: bool) -> None:
     """Per bucket: scheduled, due now, lag, dispatched, leases, dead, queue depth.
 
-    Exit code 2 when the store, the broker or Redis cannot be read.
+    On PostgreSQL, counts past 5,000 rows a bucket are estimates (~) or
+    lower bounds (≥); --exact counts them. Exit code 2 when the store,
+    the broker or Redis cannot be read.
     """
-    sys.exit(run(settings(), as_json))
+    sys.exit(run(settings(), as_json, exact))
 
 
 @dataclass
@@ -53,6 +60,16 @@ class Report:
     due_histogram: dict[str, list[int]] | None = None
     #: Per bucket, @rate_limit's jobs deferred (ever) and waiting for their slot now.
     rate_limited: dict[str, dict[str, int]] | None = None
+    #: Whether every store figure is an exact count (``--exact``, or few rows).
+    exact: bool = True
+    #: When PostgreSQL last analyzed the table its estimates come from.
+    analyzed_at: datetime | None = None
+    #: Per bucket, the minutes of ``due_histogram`` that are estimates.
+    due_histogram_estimated: dict[str, list[int]] = field(default_factory=dict)
+    #: Seconds the store's readings took.
+    store_seconds: float | None = None
+    #: Per bucket, the fair share: users at the head, rows dealt into rounds.
+    fair_share: dict[str, dict[str, Any]] | None = None
 
 
 def _failure(exc: Exception) -> str:
@@ -76,7 +93,7 @@ def read_queues(cfg: Settings, report: Report) -> dict[str, QueueStats | None]:
 
 
 def read_store(cfg: Settings, report: Report,
-               queues: dict[str, QueueStats | None]) -> None:
+               queues: dict[str, QueueStats | None], exact: bool = False) -> None:
     from scheduler.calls import utcnow
     from scheduler.store import DueStore
     from scheduler.store.control import JobControl
@@ -90,10 +107,14 @@ def read_store(cfg: Settings, report: Report,
     try:
         store = DueStore.open(cfg.database_url)
         try:
-            rows = st.collect(store, depths, utcnow())
+            started = time.perf_counter()
+            found = st.read(store, utcnow(), exact)
+            rows = st.collect(store, depths, utcnow(), found)
+            report.exact, report.analyzed_at = found.exact, found.analyzed_at
             report.paused = JobControl(store).paused()
-            report.due_histogram = due_histogram(store, bucket_table().names, utcnow(),
-                                                 MINUTES_AHEAD)
+            read_histogram(store, report, exact)
+            report.fair_share = fair_share_state(store, cfg, utcnow())
+            report.store_seconds = round(time.perf_counter() - started, 4)
         finally:
             store.close()
     except Exception as exc:
@@ -101,6 +122,19 @@ def read_store(cfg: Settings, report: Report,
         rows = [st.BucketStatus(b.name, None, None, None, None, None, None, None,
                                 depths[b.queue]) for b in bucket_table().buckets]
     report.buckets = [st.with_dead_queue(r, dead.get(r.bucket)) for r in rows]
+
+
+def read_histogram(store: Any, report: Report, exact: bool) -> None:
+    """The due-time histogram: every row of the window (``--exact``), or at most
+    250 per bucket and minute, the rest estimated (scheduler/store/estimates.py)."""
+    from scheduler.calls import utcnow
+
+    names = bucket_table().names
+    if exact:
+        report.due_histogram = due_histogram(store, names, utcnow(), MINUTES_AHEAD)
+        return
+    found = bounded_histogram(store, names, utcnow(), MINUTES_AHEAD)
+    report.due_histogram, report.due_histogram_estimated = found.counts, found.estimated
 
 
 def read_destinations(cfg: Settings, report: Report) -> None:
@@ -116,10 +150,10 @@ def read_destinations(cfg: Settings, report: Report) -> None:
         report.failures.append(_failure(exc))
 
 
-def collect(cfg: Settings) -> Report:
+def collect(cfg: Settings, exact: bool = False) -> Report:
     report = Report()
     queues = read_queues(cfg, report)
-    read_store(cfg, report, queues)
+    read_store(cfg, report, queues, exact)
     read_destinations(cfg, report)
     return report
 
@@ -129,7 +163,8 @@ def destination_line(s: Any) -> str:
     line = (f"destination {s.destination}: next={s.next_seq} assigned={s.assigned} "
             f"buffered={s.buffered} in_flight={s.in_flight} sent={s.sent} skipped={s.skipped} "
             f"dead={s.dead_lettered} late={s.late} "
-            f"sender={'running' if s.sender_active else 'idle'}")
+            + (f"rate_waits={s.rate_waits} " if getattr(s, "rate_waits", 0) else "")
+            + f"sender={'running' if s.sender_active else 'idle'}")
     outage = outage_line(s)
     return f"{line}\n{outage}" if outage else line
 
@@ -154,20 +189,24 @@ def paused_line(paused: dict[str, datetime]) -> str:
                                           for b, at in sorted(paused.items()))
 
 
-def histogram_line(bucket: str, counts: Sequence[int]) -> str:
-    """One bucket's histogram for ``recur status``: the counts, and the busiest minute
-    against the mean (1.0x: evenly spread; a burst shows as N x)."""
+def histogram_line(bucket: str, counts: Sequence[int], estimated: Sequence[int] = ()) -> str:
+    """One bucket's histogram for ``recur status``: the counts (``~``: an estimate), and
+    the busiest minute against the mean (1.0x: evenly spread; a burst shows as N x)."""
     total = sum(counts)
     peak = max(counts) * len(counts) / total if total else 0.0
+    shown = (f"~{n}" if i in estimated else str(n) for i, n in enumerate(counts))
     return (f"due per minute, next {len(counts)} min, {bucket}: "
-            f"{' '.join(str(n) for n in counts)} (busiest {peak:.2f}x the mean)")
+            f"{' '.join(shown)} (busiest {peak:.2f}x the mean)")
 
 
-def histogram_lines(found: dict[str, list[int]] | None) -> list[str]:
+def histogram_lines(found: dict[str, list[int]] | None,
+                    estimated: dict[str, list[int]] | None = None) -> list[str]:
     """A line per bucket with rows due in the next minutes (one line when none has)."""
     if found is None:
         return []
-    lines = [histogram_line(b, counts) for b, counts in found.items() if any(counts)]
+    guessed = estimated or {}
+    lines = [histogram_line(b, counts, guessed.get(b, ())) for b, counts in found.items()
+             if any(counts)]
     return lines or [f"due per minute, next {MINUTES_AHEAD} min: none"]
 
 
@@ -181,9 +220,20 @@ def rate_limited_line(found: dict[str, dict[str, int]]) -> str:
         for b, c in sorted(found.items()))
 
 
-def run(cfg: Settings, as_json: bool) -> int:
+def estimates_line(report: Report) -> str | None:
+    """What ``~`` and ``≥`` mean, when the store's figures hold any (None: all exact)."""
+    if report.exact and not report.due_histogram_estimated:
+        return None
+    when = ("never analyzed" if report.analyzed_at is None
+            else f"analyzed {report.analyzed_at.isoformat(timespec='seconds')}")
+    return (f"~: an estimate (PostgreSQL's, due_jobs {when}; per minute, from the rate of "
+            f"at most {MINUTE_CAP} rows read); ≥: counted up to {HEAD_CAP}; "
+            f"recur status --exact counts every row")
+
+
+def run(cfg: Settings, as_json: bool, exact: bool = False) -> int:
     """Print the status; the exit code is 2 when a service could not be read."""
-    report = collect(cfg)
+    report = collect(cfg, exact)
     if as_json:
         doc = json.loads(st.as_json(report.buckets))
         doc["destinations"] = [asdict(d) for d in report.destinations]
@@ -191,16 +241,26 @@ def run(cfg: Settings, as_json: bool) -> int:
         doc["notes"] = report.notes
         doc["paused"] = None if report.paused is None else sorted(report.paused)
         doc["due_histogram"] = report.due_histogram
+        doc["due_histogram_estimated"] = report.due_histogram_estimated
+        doc["exact"] = report.exact and not report.due_histogram_estimated
+        doc["analyzed_at"] = report.analyzed_at and report.analyzed_at.isoformat()
+        doc["store_seconds"] = report.store_seconds
         doc["rate_limited"] = report.rate_limited
+        doc["fair_share"] = report.fair_share
         click.echo(json.dumps(doc))
     else:
         click.echo(st.as_table(report.buckets))
         if report.paused is not None:
             click.echo(paused_line(report.paused))
-        for line in histogram_lines(report.due_histogram):
+        for line in histogram_lines(report.due_histogram, report.due_histogram_estimated):
             click.echo(line)
+        note = estimates_line(report)
+        if note:
+            click.echo(note)
         if report.rate_limited:
             click.echo(rate_limited_line(report.rate_limited))
+        for line in fair_share_lines(report.fair_share):
+            click.echo(line)
         for d in report.destinations:
             click.echo(destination_line(d))
         if not report.destinations and not report.failures:

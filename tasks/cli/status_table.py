@@ -9,6 +9,7 @@ from datetime import datetime
 
 from config.buckets_in_use import bucket_table
 from scheduler.store import BucketStats, DueStore
+from scheduler.store.estimates import Readings, bounded_stats
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,10 @@ class BucketStatus:
     dead_queue: int | None = None
     #: Rows the scheduler set aside in the store (recur dead list BUCKET shows them).
     set_aside: int | None = None
+    #: Fields that are PostgreSQL's estimates (shown ``~1.2M``; ``--exact`` counts them).
+    estimated: tuple[str, ...] = ()
+    #: Fields whose count stopped at a cap: at least that many (shown ``≥5000``).
+    at_least: tuple[str, ...] = ()
 
 
 def with_dead_queue(row: BucketStatus, depth: int | None) -> BucketStatus:
@@ -42,14 +47,28 @@ def bucket_status(stats: BucketStats | None, bucket: str, now: datetime,
     lag = (now - stats.oldest_due_at).total_seconds() if stats.oldest_due_at else 0.0
     return BucketStatus(bucket, stats.scheduled, stats.due, max(lag, 0.0), stats.dispatched,
                         stats.expired, stats.recovered, stats.dead_lettered, depth,
-                        set_aside=stats.set_aside)
+                        set_aside=stats.set_aside, estimated=_named(stats.estimated),
+                        at_least=_named(stats.at_least))
 
 
-def collect(store: DueStore, depths: dict[str, int | None], now: datetime) -> list[BucketStatus]:
+def _named(fields: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple("due_now" if f == "due" else f for f in fields)
+
+
+def read(store: DueStore, now: datetime, exact: bool) -> Readings:
+    """The store's counts: exact (one scan of the table), or bounded (estimates.py)."""
+    if exact:
+        return Readings(store.stats(now), exact=True)
+    return bounded_stats(store, bucket_table().names, now)
+
+
+def collect(store: DueStore, depths: dict[str, int | None], now: datetime,
+            found: Readings | None = None) -> list[BucketStatus]:
     """Status of every bucket of the bucket table, then of every bucket that is not in
     it but still has rows in the store (no scheduler dispatches them: they are set
-    aside once due, RECUR_UNKNOWN_BUCKET_GRACE)."""
-    stats = store.stats(now)
+    aside once due, RECUR_UNKNOWN_BUCKET_GRACE). ``found``: what :func:`read` read
+    (default: an exact reading)."""
+    stats = (found or read(store, now, exact=True)).buckets
     table = bucket_table()
     names = table.names
     rows = [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue))
@@ -72,14 +91,30 @@ def _cell(value: float | None, width: int, digits: int = 0) -> str:
     return f"{text:>{width}}"
 
 
+def approx(n: int) -> str:
+    """An estimate as an operator reads it: ``~9876``, ``~412k``, ``~1.2M``."""
+    if n < 10_000:
+        return f"~{n}"
+    return f"~{n / 1000:.0f}k" if n < 1_000_000 else f"~{n / 1e6:.1f}M"
+
+
+def _count(row: BucketStatus, name: str, width: int) -> str:
+    value = getattr(row, name)
+    if value is not None and name in row.at_least:
+        return f"{'≥' + str(value):>{width}}"
+    if value is not None and name in row.estimated:
+        return f"{approx(value):>{width}}"
+    return _cell(value, width)
+
+
 def as_table(rows: list[BucketStatus]) -> str:
     """The table; ``dead`` is the dead-letter queue's depth, ``aside`` the rows set aside
-    in the store, ``?`` what could not be read."""
+    in the store, ``?`` what could not be read, ``~`` an estimate, ``≥`` a capped count."""
     lines = [HEADER]
     for r in rows:
-        lines.append(f"{r.bucket:<8}{_cell(r.scheduled, 11)}{_cell(r.due_now, 9)}"
+        lines.append(f"{r.bucket:<8}{_count(r, 'scheduled', 11)}{_count(r, 'due_now', 9)}"
                      f"{_cell(r.lag_seconds, 9, 1)}{_cell(r.dispatched, 12)}"
                      f"{_cell(r.expired_leases, 9)}{_cell(r.leases_recovered, 11)}"
                      f"{_cell(r.dead_queue, 7)}{_cell(r.queue_depth, 8)}"
-                     f"{_cell(r.set_aside, 7)}")
+                     f"{_count(r, 'set_aside', 7)}")
     return "\n".join(lines)

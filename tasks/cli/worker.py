@@ -1,6 +1,8 @@
 """``recur worker BUCKET``: exec the ``celery worker`` a user would type, with the
 bucket's profile and the settings filled in, so signals, logs and ``celery
-inspect`` behave exactly as Celery's own.
+inspect`` behave exactly as Celery's own. It runs Celery's ``worker`` command through
+``config/worker_entry.py``, without the rest of Celery's command line (its other
+commands and plugins: 20 MB in every worker process, docs/operations.md#memory).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ def celery_executable() -> str:
 def worker_argv(bucket: Bucket, extra: tuple[str, ...] = ()) -> list[str]:
     """The ``celery worker`` command line that serves ``bucket`` with its profile."""
     return [
-        celery_executable(), "-A", "tasks", "worker",
+        sys.executable, "-m", "config.worker_entry", "-A", "tasks", "worker",
         "-Q", bucket.queue, "-n", f"{bucket.name}@%h",
         "-P", bucket.pool, "-c", str(bucket.concurrency),
         "--prefetch-multiplier", str(bucket.prefetch),

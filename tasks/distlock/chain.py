@@ -14,8 +14,9 @@ from celery.exceptions import Ignore, Retry
 from config.buckets_in_use import bucket_table
 from config.errors import LockUnavailable
 from config.settings import Settings
+from scheduler.wire import DISPATCH_HEADER
 from tasks.distlock.held import Held
-from tasks.distlock.job import LockGrant, ParkedJob, Ticket
+from tasks.distlock.job import LockGrant, ParkedJob, Ticket, number_key
 from tasks.distlock.runtime import Runtime, lock_spec_of, task_events_on
 from tasks.distlock.store import Handover
 
@@ -51,7 +52,8 @@ def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any, ttl: flo
     spec = lock_spec_of(task)
     grant = LockGrant(user, handover.token, handover.seq, handover.fence)
     job_ttl = (spec.ttl if spec else None) or rt.cfg.lock_ttl
-    held = Held(rt, grant, job_ttl, job.id, Ticket(handover.seq, job.since).waited())
+    key = number_key(job.id, job.headers.get(DISPATCH_HEADER))
+    held = Held(rt, grant, job_ttl, key, Ticket(handover.seq, job.since).waited())
     if spec is None:  # not a locked task this worker knows: let the broker route it
         held.outcome = "again"
         return held.release(chain=False)

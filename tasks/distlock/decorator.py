@@ -36,6 +36,8 @@ from config.errors import (
     LockUnavailable,
     LockWaitExceeded,
 )
+from routing import tracing
+from scheduler.wire import DISPATCH_HEADER, request_header
 from tasks import aio
 from tasks.distlock import job as jobs
 from tasks.distlock.chain import INLINE, chain_seconds, run_inline
@@ -127,20 +129,24 @@ class LockedCall:
         self.job = ParkedJob(task=task.name, id=str(task.request.id), args=list(args),
                              kwargs=dict(kwargs), since=self.ticket.since or time.time(),
                              headers=jobs.other_headers(task.request))
+        self.number_key = jobs.number_key(self.job.id,
+                                          request_header(task.request, DISPATCH_HEADER))
 
     def run(self) -> Any:
         began, token, cfg = time.monotonic(), new_token(), self.rt.cfg
         try:
             attempt = self.rt.store.acquire(
-                self.user, token, self.ttl, self.ticket.seq, self.job.id, self.job.to_json(),
+                self.user, token, self.ttl, self.ticket.seq, self.number_key, self.job.to_json(),
                 cfg.lock_gap_timeout, self.ticket.since, cfg.lock_wait_budget)
         except LockUnavailable as exc:
             return self.redis_down(exc)
+        tracing.record("recur.lock.wait", self.ticket.since or None, key=self.user,
+                       seq=attempt.seq, status=attempt.status, acquired=attempt.status == ACQUIRED)
         if attempt.status != ACQUIRED:
             return self.not_run(attempt.status, attempt.seq)
         grant = LockGrant(self.user, token, attempt.seq, attempt.fence)
         self.task.request.user_lock = grant
-        held = Held(self.rt, grant, self.ttl, self.job.id, self.ticket.waited())
+        held = Held(self.rt, grant, self.ttl, self.number_key, self.ticket.waited())
         chain_until = began + chain_seconds(cfg, self.task.request)
         try:
             return held.run(lambda: self.fn(self.task, *self.args, **self.kwargs))

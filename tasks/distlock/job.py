@@ -123,6 +123,17 @@ def other_headers(request: Any) -> dict[str, Any]:
     return {k: v for k, v in headers.items() if k not in TICKET_HEADERS}
 
 
+def number_key(task_id: str, dispatch: Any) -> str:
+    """Which deliveries are copies of one job, for numbering on arrival: its task id,
+    and for a scheduler dispatch its token too. Every run of a stored job carries the
+    job key as its task id (tasks/stored_result.py), so the id alone would make a
+    job's next run a copy of its last; a redelivered copy keeps its token.
+    ``dispatch``: the delivery's raw dispatch header (scheduler/wire.py), or None."""
+    if isinstance(dispatch, (list, tuple)) and len(dispatch) > 1:
+        return f"{task_id}#{dispatch[1]}"
+    return task_id
+
+
 @dataclass(frozen=True)
 class LockGrant:
     """The lock a running task holds (``self.request.user_lock``); ``fence`` only

@@ -1,5 +1,5 @@
 """Flow control for message tasks: ``@rate_limit`` (rate_limit.py: a delivery's life;
-rates.py: what a limit says; limiter.py + gcra.lua: the Redis side).
+rates.py: what a limit says; limiter.py + routing/gcra.lua: the Redis side).
 docs/flow-control.md says what each guarantees and costs."""
 
 from tasks.flow.limiter import Decision, counters

@@ -7,16 +7,17 @@ in either order (lock outside: the limit is checked while holding the lock)::
     @rate_limit(key=lambda message: message["user_id"], rate="10/s", burst=1)
     def call_partner(self, message): ...
 
-Each delivery asks Redis (gcra.lua) whether its key may start a job now. If not,
-the job is given the key's next free slot (GCRA, reserve on refusal: the jobs of
-one key refused in turn get slots in that order) and goes back to the due-jobs
-store to come due at that slot: a scheduler-dispatched job reschedules its own
-row with its token, a published one is written as a row keyed by its message id.
-The delivery is then acknowledged: it held its worker slot for one Redis call,
-spent no delivery, and nothing spins. At its slot the job's copy runs without a
-new reservation, provided the runs that really started allow it (a copy that
-comes late cannot bunch up with its key's later jobs). docs/flow-control.md says
-what is guaranteed.
+Each delivery asks Redis (routing/gcra.lua) whether its key may start a job now. If
+not, the job is given the key's next free slot (GCRA, reserve on refusal: the jobs of
+one key refused in turn get slots in that order) and waits for it (wait.py): a short
+wait in the broker (published again with a countdown), a long one in the due-jobs
+store. The delivery is then acknowledged: it held its worker slot for one Redis call,
+spent no delivery, and nothing spins. At its slot the job's copy runs without a new
+reservation, provided the runs that really started allow it (a copy that comes late
+cannot bunch up with its key's later jobs). A job published with ``apply_async``
+takes its place in its key's plan when it is published (submit.py): one that would
+wait long goes straight to the store, due at its slot, and never reaches a worker
+before it. docs/flow-control.md says what is guaranteed.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from prometheus_client import Counter
@@ -35,22 +36,28 @@ from config.errors import InvalidMessage, InvalidRateLimit, ServiceUnavailable
 from config.settings import settings
 from routing.redis_client import get_redis
 from scheduler.bounds import Limits, job_key_problem
-from scheduler.calls import utcnow
 from scheduler.wire import dispatch_of
 from tasks.flow import limiter
 from tasks.flow.rates import Rate, parse_rate
+from tasks.flow.wait import send_back
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("recur.flow")
 
-LIMITED = Counter("recur_rate_limited", "Jobs deferred by @rate_limit (refused a start "
-                  "now, sent back to the due-jobs store for their slot), by bucket and task.",
+LIMITED = Counter("recur_rate_limited", "Deliveries deferred by @rate_limit (refused a "
+                  "start now, sent back to wait for their slot), by bucket and task.",
                   ["bucket", "task"])
-#: What a deferred delivery returns (its run ends there; the store holds the job).
+#: What a deferred delivery returns (its run ends there; its copy waits for the slot).
 DEFERRED_RESULT = "recur:deferred"
 #: Seconds before a job whose limit Redis could not answer for is tried again (times
 #: a jitter of 0.5-1.5): the limit fails closed, as the user lock does.
 REDIS_DOWN_BACKOFF = 2.0
+#: Seconds: a job whose slot is at most this far away (clock and timing jitter) sleeps
+#: until it and starts, holding its worker slot that long: less than a trip through the
+#: broker costs (a publish, a delivery).
+SLEEP_AT_MOST = 0.005
+#: How many such sleeps one delivery takes at most before it goes round the broker.
+NEAR_TRIES = 4
 
 
 @dataclass(frozen=True)
@@ -109,34 +116,38 @@ class LimitedCall:
         dispatch = dispatch_of(task.request)
         #: The job's identity across its deferrals: the row it is (or becomes).
         self.job = dispatch.job_key if dispatch is not None else str(self.message["id"])
-        self.dispatched = dispatch is not None
 
     def deferred(self) -> str | None:
         """None when the job may start now; else what the deferred delivery returns."""
         try:
-            decision = limiter.take(get_redis(), settings().key_prefix, self.key, self.job,
-                                    self.bucket, self.spec.rate)
+            decision = self.ask()
         except ServiceUnavailable as exc:
             delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
+            where = send_back(self.task, self.args, self.kwargs, self.job, delay)
             log.warning("not run: rate limit of key %s unavailable for job %s (%s): %s; "
-                        "back in the store for %.1fs (fail closed)", self.key, self.job,
-                        self.task.name, exc, delay)
-            self.send_back(delay)
+                        "back in the %s for %.1fs (fail closed)", self.key, self.job,
+                        self.task.name, exc, where, delay)
             return f"{DEFERRED_RESULT} key={self.key} redis-down"
         if decision.allowed:
             return None
         LIMITED.labels(self.bucket, self.task.name).inc()
-        log.info("deferred: key %s over %s: job %s (%s) comes due at its slot in %.3fs",
-                 self.key, self.spec.rate, self.job, self.task.name, decision.wait)
-        self.send_back(decision.wait)
+        where = send_back(self.task, self.args, self.kwargs, self.job, decision.wait)
+        log.info("deferred: key %s over %s: job %s (%s) waits in the %s for its slot in "
+                 "%.3fs", self.key, self.spec.rate, self.job, self.task.name, where,
+                 decision.wait)
         return f"{DEFERRED_RESULT} key={self.key} in={decision.wait:.3f}s"
 
-    def send_back(self, wait: float) -> None:
-        """Make the job due again in ``wait`` seconds through the due-jobs store, never
-        pulled forward: its own row (token-checked) when the scheduler dispatched it,
-        else a row keyed by its message id. This delivery then ends (acknowledged)."""
-        options: dict[str, Any] = {"eta": utcnow() + timedelta(seconds=wait),
-                                   "not_before": True}
-        if not self.dispatched:
-            options["job_key"] = self.job
-        self.task.apply_async(self.args, self.kwargs, **options)
+    def ask(self) -> limiter.Decision:
+        """The limit's answer; a slot at most SLEEP_AT_MOST away is slept for here."""
+        decision = self.take()
+        for _ in range(NEAR_TRIES):
+            if decision.allowed or decision.wait > SLEEP_AT_MOST:
+                break
+            time.sleep(decision.wait)
+            decision = self.take()
+        return decision
+
+    def take(self) -> limiter.Decision:
+        return limiter.take(get_redis(), settings().key_prefix, self.key, self.job,
+                            self.bucket, self.spec.rate, near=SLEEP_AT_MOST,
+                            forgive=limiter.forgiven_lateness(self.spec.rate))

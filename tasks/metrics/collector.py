@@ -24,7 +24,8 @@ EXPORTED = (
     "recur_resequencer_buffered", "recur_resequencer_in_flight",
     "recur_resequencer_sent_total", "recur_resequencer_skipped_total",
     "recur_resequencer_dead_lettered_total", "recur_destination_outage",
-    "recur_destination_refusals_total", "recur_resequencer_destinations", "recur_exporter_up",
+    "recur_destination_refusals_total", "recur_destination_rate_waits_total",
+    "recur_resequencer_destinations", "recur_exporter_up",
     "recur_exporter_age_seconds",
     "recur_exporter_read_seconds", "recur_jobs_due_histogram",
 )
@@ -78,7 +79,7 @@ class SystemCollector(Collector):
         now = utcnow()
         for bucket in bucket_table().buckets:
             head, total = snap.heads.get(bucket.name), snap.totals.get(bucket.name)
-            if total is not None or snap.totals:
+            if total is not None or "totals" in snap.read_at:  # counted: none waits
                 scheduled.add_metric([bucket.name], total.scheduled if total else 0)
             if head is None:
                 continue
@@ -161,12 +162,16 @@ def destination_refusals(figures: list[DestinationFigures]) -> Iterable[Any]:
     dead = CounterMetricFamily("recur_resequencer_dead_lettered", "Messages set aside in the "
                                "destination's dead letter (refused, or their step failed).",
                                labels=["destination"])
+    waits = CounterMetricFamily("recur_destination_rate_waits", "Sends that waited for their "
+                                "slot under the destination's rate (RECUR_DESTINATIONS "
+                                "rate=).", labels=["destination"])
     for d in figures:
         outage.add_metric([d.destination], d.outage)
         dead.add_metric([d.destination], d.dead_lettered)
+        waits.add_metric([d.destination], d.rate_waits)
         for status, count in sorted(d.refused.items()):
             refusals.add_metric([d.destination, status], count)
-    yield from (outage, refusals, dead)
+    yield from (outage, refusals, dead, waits)
 
 
 def _gauge(name: str, doc: str) -> GaugeMetricFamily:

@@ -31,6 +31,8 @@ class DestinationFigures:
     outage: int = 0
     #: Tries refused or held back, by status ("401": 12).
     refused: dict[str, int] = field(default_factory=dict)
+    #: Sends that waited for their slot under the destination's rate.
+    rate_waits: int = 0
 
 
 def busiest(reseq: Resequencer, top: int) -> tuple[list[DestinationFigures], int]:
@@ -54,4 +56,5 @@ def _figures(name: str, statuses: list[Status]) -> DestinationFigures:
                               sum(max(s.in_flight, 0) for s in statuses),
                               sum(s.sent for s in statuses), sum(s.skipped for s in statuses),
                               sum(s.dead_lettered for s in statuses),
-                              sum(s.outage is not None for s in statuses), dict(refused))
+                              sum(s.outage is not None for s in statuses), dict(refused),
+                              sum(s.rate_waits for s in statuses))

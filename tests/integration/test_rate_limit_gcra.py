@@ -1,5 +1,6 @@
 """gcra.lua against the real Redis: bursts, even spacing, reserve-on-refusal in order,
-early and late copies, the counters, and the key's expiry."""
+early and late copies, places taken when a job is published, the counters, and the
+key's expiry."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import redis
 
 from config import keys
 from tasks.flow import counters, parse_rate
-from tasks.flow.limiter import Decision, take
+from tasks.flow.limiter import Decision, all_counts, take
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
@@ -105,3 +106,81 @@ def test_the_counters_read_only_the_scripts_fields(redis_client: redis.Redis,
     redis_client.hset(keys.rate_stats(prefix), mapping={
         "deferred:long": "lots", "other:short": "5", "waiting:io": "²", "junk": "1"})
     assert counters(redis_client, prefix) == {"short": {"deferred": 1, "waiting": 1}}
+
+
+def submit(client: redis.Redis, prefix: str, job: str, rate: str = "5/s",
+           key: str = "k") -> Decision:
+    return take(client, prefix, key, job, "short", parse_rate(rate, 1), mode="submit")
+
+
+def test_publishing_takes_places_in_order_and_the_jobs_start_at_them(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """Mode submit: the first job's place is now, the next ones get slots an interval
+    apart in publication order; on arrival each starts at its place, no new slot."""
+    placed = [submit(redis_client, prefix, f"j{i}") for i in range(4)]
+    assert placed[0].allowed and not any(d.allowed for d in placed[1:])
+    for earlier, later in itertools.pairwise(placed[1:]):
+        assert later.wait - earlier.wait == pytest.approx(0.2, abs=0.005)
+    assert ask(redis_client, prefix, "j0", rate="5/s").allowed  # its place was now
+    early = ask(redis_client, prefix, "j1", rate="5/s")  # before its slot: not a new one
+    assert not early.allowed and not early.reserved and early.wait <= placed[1].wait
+    assert submit(redis_client, prefix, "j2").wait <= placed[2].wait  # published again
+    time.sleep(placed[1].wait)
+    assert ask(redis_client, prefix, "j1", rate="5/s").allowed
+    # A job delivered without having been published here comes after all of them.
+    late = ask(redis_client, prefix, "other", rate="5/s")
+    assert not late.allowed and late.wait >= placed[3].wait - placed[1].wait
+    counts = all_counts(redis_client, prefix)
+    assert counts[("slotted", "short")] == 3 and counts[("busy", "short")] == 2
+
+
+def test_jobs_placed_now_that_arrive_together_start_an_interval_apart(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """Two jobs published a while apart (both placed 'now') that reach the workers
+    together: the real starts decide, the second gets a slot like a refused job's."""
+    assert submit(redis_client, prefix, "a", rate="2/s").allowed
+    time.sleep(0.55)
+    assert submit(redis_client, prefix, "b", rate="2/s").allowed
+    assert ask(redis_client, prefix, "a", rate="2/s").allowed
+    second = ask(redis_client, prefix, "b", rate="2/s")
+    assert not second.allowed and second.reserved
+    assert second.wait == pytest.approx(0.5, abs=0.02)
+    assert counters(redis_client, prefix)["short"] == {"deferred": 1, "waiting": 1}
+    time.sleep(second.wait)
+    assert ask(redis_client, prefix, "b", rate="2/s").allowed
+    assert counters(redis_client, prefix)["short"] == {"deferred": 1, "waiting": 0}
+
+
+def test_a_refusal_the_caller_sleeps_through_is_no_busy_return(
+        redis_client: redis.Redis, prefix: str) -> None:
+    rate = parse_rate("20/s")  # 50 ms apart
+    assert take(redis_client, prefix, "k", "a", "short", rate, near=0.06).allowed
+    near = take(redis_client, prefix, "k", "b", "short", rate, near=0.06)
+    far = take(redis_client, prefix, "k", "c", "short", rate, near=0.06)
+    assert not near.allowed and near.wait <= 0.06 and far.wait > 0.06
+    assert all_counts(redis_client, prefix)[("busy", "short")] == 1
+
+
+def test_a_copy_back_a_moment_late_keeps_its_keys_cadence(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """A reserved job that starts a little after its slot (its copy came back through
+    the broker's wait levels) does not push the key's next job back: with its lateness
+    forgiven the next one starts at its own slot; without, it waits that much longer.
+    Never before its slot: the first start after a fresh one is still an interval on."""
+    rate = parse_rate("5/s")
+
+    def go(key: str, job: str, forgive: float) -> Decision:
+        return take(redis_client, prefix, key, job, "short", rate, forgive=forgive)
+
+    for key in ("forgiven", "strict"):
+        assert go(key, "a", 0.08).allowed
+    slots = {key: [go(key, job, 0.08).wait for job in ("b", "c")]
+             for key in ("forgiven", "strict")}
+    early = go("forgiven", "b", 0.08)
+    assert not early.allowed and early.wait > 0.1  # no start before its slot
+    time.sleep(slots["forgiven"][0] + 0.06)  # b 60 ms after its slot
+    assert go("forgiven", "b", 0.08).allowed and go("strict", "b", 0.0).allowed
+    time.sleep(slots["forgiven"][1] - slots["forgiven"][0] - 0.06)  # c at its slot
+    assert go("forgiven", "c", 0.08).allowed
+    late = go("strict", "c", 0.0)
+    assert not late.allowed and late.wait <= 0.07

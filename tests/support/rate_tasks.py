@@ -75,9 +75,17 @@ def window_violations(starts: list[dict[str, Any]], rate: float = RATE,
     return over
 
 
+@app.task(bind=True, base=MessageTask, name="tests.unrated_work")
+def unrated_work(self: MessageTask, message: Any) -> None:
+    """The same job with no limit: what the workers can run (the benchmark's capacity)."""
+    record(message)
+    time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
+
+
 @app.task(bind=True, base=MessageTask, name="tests.celery_rated_work",
-          rate_limit=os.environ.get("RECURTEST_CELERY_RATE", "2500/s"))
+          rate_limit=os.environ.get("RECURTEST_CELERY_RATE", "5/s"))
 def celery_rated_work(self: MessageTask, message: Any) -> None:
-    """The baseline: Celery's own ``rate_limit`` (per worker process, not per key)."""
+    """The baseline: Celery's own ``rate_limit``, one token bucket per task name in each
+    worker instance (node): not per key, not across workers."""
     record(message)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)

@@ -78,6 +78,8 @@ class Receiver:
     refused: list[tuple[str, int, int]] = field(default_factory=list)
     trickled: list[Trickled] = field(default_factory=list)
     endless_sent: list[int] = field(default_factory=list)
+    #: (destination, seq, time) of every POST as it came, whatever it was answered.
+    requests: list[tuple[str, int, float]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     server: ThreadingHTTPServer | None = None
     thread: threading.Thread | None = None
@@ -92,6 +94,8 @@ class Receiver:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
                 destination = self.path.rsplit("/", 1)[-1]
+                with receiver.lock:
+                    receiver.requests.append((destination, int(body["seq"]), time.time()))
                 how = receiver.how(destination)
                 if how.trickle:
                     receiver.trickle(self, destination, int(body["seq"]), how.trickle,

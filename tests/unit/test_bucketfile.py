@@ -103,7 +103,7 @@ BUCKET = 'soft_time_limit = 10\ntime_limit = 15\nconcurrency = 2\npool = "prefor
      "bucket 'a': work_seconds: must be a number from 0 to soft_time_limit 10, got -1"),
     ("[buckets.a]\n" + BUCKET + "[kinds]\nping = 'b'\n",
      "kinds: kind 'ping' maps to unknown bucket 'b' (buckets: a)"),
-    ("[bucket.a]\n" + BUCKET, "unknown top-level key 'bucket' (known: buckets, kinds)"),
+    ("[bucket.a]\n" + BUCKET, "unknown top-level key 'bucket' (known: buckets, kinds, tasks)"),
     ("[kinds]\n", "no buckets: give at least one [buckets.<name>] table"),
     ("[buckets.a\n", "not valid TOML"),
 ])

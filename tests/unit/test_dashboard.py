@@ -57,7 +57,8 @@ def exporter_names() -> set[str]:
 def process_names() -> set[str]:
     """Every name the per-process metrics can take (counters, histograms, their suffixes)."""
     # Importing registers them: the scheduler's counters, the lock's, the worker's.
-    for module in ("scheduler.metrics", "tasks.distlock.job", "tasks.metrics.worker_hooks"):
+    for module in ("scheduler.metrics", "tasks.distlock.job", "tasks.metrics.worker_hooks",
+                   "routing.reseq.hold"):
         importlib.import_module(module)
 
     names: set[str] = set()
@@ -78,6 +79,18 @@ def test_the_exporter_exports_what_it_declares() -> None:
     assert exporter_names() == set(EXPORTED)
 
 
+def test_an_empty_store_exports_zero_waiting_jobs_not_nothing() -> None:
+    from config.settings import load_settings
+
+    refresher = Refresher(load_settings({}))
+    refresher.snapshot = Snapshot(totals={}, read_at={"totals": 0.0})  # counted: no rows
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(SystemCollector(refresher))
+    assert registry.get_sample_value("recur_jobs_scheduled", {"bucket": "short"}) == 0
+    refresher.snapshot = Snapshot()  # never counted yet: no figure rather than a false 0
+    assert registry.get_sample_value("recur_jobs_scheduled", {"bucket": "short"}) is None
+
+
 def test_every_panel_queries_an_exported_metric() -> None:
     known = exporter_names() | process_names()
     queries = panel_queries()
@@ -94,6 +107,22 @@ def test_the_dashboard_covers_backlog_lag_throughput_dead_lock_and_resequencer()
                    "recur_scheduler_dispatched_total", "recur_dead_letter_messages",
                    "recur_lock_stats_total", "recur_resequencer_buffered"):
         assert metric in text
+
+
+def test_the_dashboard_shows_lateness_run_time_per_task_and_resequencer_hold() -> None:
+    text = " ".join(expr for _, expr in panel_queries())
+    for metric in ("recur_worker_lateness_seconds_bucket", "recur_worker_lateness_seconds_count",
+                   "recur_resequencer_hold_seconds_bucket"):
+        assert metric in text
+    assert "by (le, bucket, task)" in text  # run time per task, not only per bucket
+
+
+def test_the_late_share_panel_asks_for_a_bound_the_histogram_has() -> None:
+    from tasks.metrics.worker_hooks import LATENESS_BUCKETS
+
+    assert 60 in LATENESS_BUCKETS  # "what share of runs start more than a minute late"
+    late = [expr for _, expr in panel_queries() if "le=~" in expr]
+    assert late and all(r'le=~"60(\\.0)?"' in expr for expr in late)
 
 
 def test_compose_provisions_prometheus_and_grafana_with_the_dashboard() -> None:

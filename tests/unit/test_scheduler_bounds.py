@@ -111,7 +111,9 @@ def test_headers_larger_than_a_frame_are_refused_whatever_the_limits() -> None:
     wide = Limits(job_key_bytes=10**6, call_bytes=10**6)
     framing = Framing(channel_id=1, frame_max=4096, limits=wide)
     route = ("recur.tasks", "short")
-    fits = framing.prepare(claimed("k" * 3000), route, task_message)
+    # The longest key the settings allow (1800 bytes; twice in the headers: the task id
+    # and the dispatch header) fits the smallest frame a broker may offer.
+    fits = framing.prepare(claimed("k" * 1800), route, task_message)
     assert not isinstance(fits, Refusal)
     assert fits.frames is not None and header_frame_size(fits.frames) <= 4088
     big = framing.prepare(claimed("k" * 5000), route, task_message)

@@ -1,0 +1,107 @@
+"""RECUR_DESTINATIONS: the resequencer's destinations, each an HTTP POST target with an
+optional rate of its own.
+
+::
+
+    RECUR_DESTINATIONS="billing:http://billing.internal/in rate=10/s burst=5,crm:https://crm/x"
+
+An item is ``name:url``, then optionally ``rate=<n>/<s|m|h>`` and ``burst=<n>``
+(separated by spaces: a URL holds none). A destination with a rate is never sent more
+than that (routing/reseq/pace.py); without one it is sent as fast as it answers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+
+from config.errors import InvalidRateLimit
+from config.rates import Rate, parse_rate
+
+#: A destination's name: part of its Redis keys (a hash tag) and of its dead-letter queue.
+DESTINATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: What may follow a destination's URL.
+OPTIONS = ("rate", "burst")
+
+
+class Destinations(Mapping[str, str]):
+    """Each destination's URL by name (read-only, as every mapping setting is), and the
+    rate of those that have one."""
+
+    __slots__ = ("_urls", "rates")
+
+    def __init__(self, urls: Mapping[str, str] | None = None,
+                 rates: Mapping[str, Rate] | None = None) -> None:
+        self._urls: Mapping[str, str] = MappingProxyType(dict(urls or {}))
+        self.rates: Mapping[str, Rate] = MappingProxyType(dict(rates or {}))
+
+    def __getitem__(self, name: str) -> str:
+        return self._urls[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._urls)
+
+    def __len__(self) -> int:
+        return len(self._urls)
+
+    def __repr__(self) -> str:
+        return f"Destinations({dict(self._urls)!r}, rates={dict(self.rates)!r})"
+
+
+def rate_of(destinations: Mapping[str, str], name: str) -> Rate | None:
+    """The rate ``name`` is limited to (None: none; a plain mapping has no rates)."""
+    if isinstance(destinations, Destinations):
+        return destinations.rates.get(name)
+    return None
+
+
+def parse_destinations(raw: str) -> Destinations:
+    """``'name:url [rate=10/s] [burst=5],...'``; ValueError naming the destination and
+    what is wrong."""
+    urls: dict[str, str] = {}
+    rates: dict[str, Rate] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        name, sep, rest = (text.strip() for text in item.partition(":"))
+        url, *options = rest.split() or [""]
+        if not sep or not name or not url.startswith(("http://", "https://")):
+            raise ValueError(f"{item[:100]!r} is not 'name:http(s)://...' (then, optionally, "
+                             "rate=10/s burst=N)")
+        if not DESTINATION_NAME.fullmatch(name):
+            raise ValueError(f"destination name {name[:70]!r} may hold only letters, digits and "
+                             "'_.-' (at most 64; it names Redis keys and a dead-letter queue)")
+        urls[name] = url
+        rate = _rate(name, options)
+        if rate is not None:
+            rates[name] = rate
+        else:
+            rates.pop(name, None)
+    return Destinations(urls, rates)
+
+
+def _rate(name: str, options: list[str]) -> Rate | None:
+    """The rate the options after a destination's URL give it (None: no ``rate=``)."""
+    given: dict[str, str] = {}
+    for option in options:
+        key, eq, value = option.partition("=")
+        if not eq or key not in OPTIONS or not value:
+            raise ValueError(f"destination {name!r}: {option[:60]!r} is not rate=<n>/<s|m|h> "
+                             "or burst=<n>")
+        if key in given:
+            raise ValueError(f"destination {name!r}: {key}= given twice")
+        given[key] = value
+    if "rate" not in given:
+        if "burst" in given:
+            raise ValueError(f"destination {name!r}: burst= needs a rate= (e.g. rate=10/s "
+                             "burst=5)")
+        return None
+    try:
+        burst = _whole(given["burst"]) if "burst" in given else None
+        return parse_rate(given["rate"], burst)
+    except InvalidRateLimit as exc:
+        raise ValueError(f"destination {name!r}: {exc}") from None
+
+
+def _whole(text: str) -> int | str:
+    """``burst=`` as a number when it is one (parse_rate says what is wrong otherwise)."""
+    return int(text) if text.isdigit() else text

@@ -1,0 +1,111 @@
+"""Celery's revoke for jobs in the due-jobs store: both halves.
+
+A stored job is not in any worker until the scheduler dispatches it, so a plain
+Celery revoke (a broadcast to the workers) would not stop it. recur's app control
+(:class:`RecurControl`, the app's ``control_cls``) deletes the row of every revoked
+id the store holds *first*, stores ``REVOKED`` for it in the result backend (what a
+Celery worker stores for a task it discards), then broadcasts as Celery does (a
+running copy can still be terminated; ids that are not job keys are plain Celery
+revokes). Every revoke through the app goes this way: ``AsyncResult.revoke()``,
+``app.control.revoke``, ``celery -A tasks control revoke``, Flower's revoke button.
+
+A worker keeps revoked ids for hours, while a job key is reused (it is the message
+id by default). So a scheduler-dispatched copy is never discarded for its task id
+being revoked (:class:`StoreAwareRequest`): its row decides, and a revoked job's
+row is gone, so its copy is dropped as stale at its token check; a job created
+again under the key runs.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from celery.app.control import Control
+from celery.backends.base import DisabledBackend
+from celery.worker import state as worker_state
+
+from config.errors import StoreError
+from config.settings import settings
+from scheduler.store import get_store
+from scheduler.store.control import JobControl, JobRow
+from scheduler.wire import DISPATCH_HEADER
+from tasks.distlock.job import ParkAwareRequest
+from tasks.stored_result import store_exists
+
+log = logging.getLogger(__name__)
+
+#: What a revoked stored job's REVOKED result says.
+REASON = "revoked: its row was deleted from the due-jobs store"
+
+
+class RecurControl(Control):  # type: ignore[misc]
+    """Celery's remote control; ``revoke`` also cancels the revoked jobs in the store."""
+
+    def broadcast(self, command: str, arguments: dict[str, Any] | None = None,
+                  *args: Any, **kwargs: Any) -> Any:
+        """Celery's broadcast; a ``revoke`` cancels the ids the store holds first. If the
+        store cannot be reached the broadcast still goes, then the StoreError is raised
+        (a stored job may still run)."""
+        failed: StoreError | None = None
+        if command == "revoke":
+            try:
+                cancel_stored(self.app, (arguments or {}).get("task_id"))
+            except StoreError as exc:
+                failed = exc
+        replies = super().broadcast(command, arguments, *args, **kwargs)
+        if failed is not None:
+            raise failed
+        return replies
+
+
+def ids_of(task_ids: Any) -> list[str]:
+    """A revoke's ``task_id`` argument (one id or several) as a list of ids."""
+    if isinstance(task_ids, str):
+        return [task_ids]
+    if isinstance(task_ids, Iterable):
+        return [str(one) for one in task_ids if isinstance(one, str) and one]
+    return []
+
+
+def cancel_stored(app: Any, task_ids: Any) -> list[JobRow]:
+    """Delete the rows of the ids that are job keys in the store, and store REVOKED
+    for each; the rows as they were."""
+    ids, url = ids_of(task_ids), settings().database_url
+    if not ids or not store_exists(url):  # no store (an SQLite file never made): no jobs
+        return []
+    ctl = JobControl(get_store(url))
+    rows = [row for key in ids if (row := ctl.cancel(key)) is not None]
+    for row in rows:
+        log.info("job %s (%s, %s): revoked, its row deleted from the due-jobs store",
+                 row.job_key, row.task, row.state)
+        mark_revoked(app, row)
+    return rows
+
+
+def mark_revoked(app: Any, row: JobRow) -> None:
+    """Store REVOKED for a revoked job, as a worker that discards a revoked task does
+    (unless its task keeps nothing). Best effort: the row is already gone."""
+    task = app.tasks.get(row.task)
+    backend = task.backend if task is not None else app.backend
+    if isinstance(backend, DisabledBackend):
+        return
+    if task is not None and task.ignore_result and not task.store_errors_even_if_ignored:
+        return
+    try:
+        backend.mark_as_revoked(row.job_key, REASON)
+    except Exception as exc:  # the result backend's error: the job is cancelled anyway
+        log.warning("job %s: revoked, but REVOKED could not be stored (%s)", row.job_key, exc)
+
+
+class StoreAwareRequest(ParkAwareRequest):
+    """The worker's request of a message task: a scheduler-dispatched copy is not
+    discarded because its task id (its job key) was revoked; its row decides."""
+
+    def revoked(self) -> bool:
+        if (not self._already_revoked and not self.expires
+                and self.id in worker_state.revoked
+                and self.request_dict.get(DISPATCH_HEADER) is not None):
+            return False
+        return bool(super().revoked())

@@ -1,0 +1,105 @@
+"""``apply_async`` of a stored call returns a Celery AsyncResult: Celery code written for
+plain Celery (``state``, ``ready``, ``revoke``, ``app.control.revoke``, ``get``) runs
+on it unchanged, against the real store, broker, result backend (Redis), a real
+worker and a real ``recur scheduler``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from celery.exceptions import TaskRevokedError
+from celery.exceptions import TimeoutError as CeleryTimeout
+from celery.result import AsyncResult
+
+from scheduler.calls import ScheduledJob
+from scheduler.store import DueStore
+from scheduler.store.control import JobControl
+from tasks.cli.worker import celery_executable
+from tasks.process import process_message
+from tests.support import services
+from tests.support.processes import wait_for
+from tests.support.result_tasks import INCLUDE, answer, runs
+from tests.support.scheduler_support import worker_env
+
+
+def message(ident: str, n: int = 1, **payload: Any) -> dict[str, Any]:
+    return {"id": ident, "user_id": "u-1", "bucket": "short", "payload": {"n": n, **payload}}
+
+
+def fresh(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def test_a_stored_call_answers_like_an_async_result(store_in_use: DueStore, broker: Any,
+                                                    celery_app: Any) -> None:
+    key = fresh("sched")
+    before = datetime.now(UTC)
+    r = answer.apply_async((message(key),), countdown=3600)
+    assert isinstance(r, AsyncResult) and issubclass(type(r), ScheduledJob)
+    assert r.id == r.job_key == key and r.due_at >= before + timedelta(seconds=3600)
+    assert r.state == r.status == "SCHEDULED" and not r.ready() and not r.successful()
+    assert celery_app.AsyncResult(key).state == "SCHEDULED"  # rebuilt from the id
+    with pytest.raises(CeleryTimeout):
+        r.get(timeout=0.3)
+    got: list[Any] = []  # the scheduler's claim: leased, published
+    far = datetime.now(UTC) + timedelta(hours=2)
+    store_in_use.dispatch("short", 10, far, far + timedelta(minutes=5), got.extend)
+    assert [c.job_key for c in got] == [key]
+    assert r.state == "DISPATCHED" and not r.ready()
+    ignored = process_message.apply_async((message(fresh("ign")),), countdown=3600)
+    assert ignored.state == "SCHEDULED" and ignored.get(timeout=1) is None  # as Celery
+    plain = answer.apply_async((message(fresh("now")),))  # to the broker: plain Celery
+    assert plain.state == "PENDING" and plain.stored is False
+    assert celery_app.AsyncResult(str(uuid.uuid4())).state == "PENDING"
+
+
+def test_plain_celery_code_on_stored_calls(fresh_pg_url: str, use_store: Any, broker: Any,
+                                           celery_app: Any, start_worker: Any,
+                                           start_scheduler: Any) -> None:
+    use_store(fresh_pg_url)
+    env = worker_env(fresh_pg_url)
+    start_worker("short", env=env, args=INCLUDE)
+    ctl = JobControl(DueStore.open(fresh_pg_url))
+    revoked, by_control, by_cli, ran = (fresh(n) for n in ("rev", "ctl", "cli", "ran"))
+    calls = {k: answer.apply_async((message(k, n=21),), countdown=3600)
+             for k in (revoked, by_control, by_cli)}
+    assert {r.state for r in calls.values()} == {"SCHEDULED"}
+
+    # Celery's own revoke calls, unchanged: the row is gone, REVOKED is stored.
+    calls[revoked].revoke(wait=True, timeout=5)  # wait: the worker has the id revoked
+    celery_app.control.revoke(calls[by_control].id)
+    cli = subprocess.run([celery_executable(), "-A", "tasks", "control", "revoke", by_cli],
+                         cwd=services.ROOT, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, **services.test_environment(), **env})
+    assert cli.returncode == 0, cli.stderr
+    for key in (revoked, by_control, by_cli):
+        assert ctl.get(key) is None, key
+        assert celery_app.AsyncResult(key).state == "REVOKED"
+    with pytest.raises(TaskRevokedError):
+        calls[revoked].get(timeout=5)
+
+    # A job created again under a revoked key runs (the worker's revoked ids do not
+    # stop it); a short countdown, a real scheduler, Celery's get().
+    again = answer.apply_async((message(revoked, n=5),), countdown=30)
+    first = answer.apply_async((message(ran, n=3),), countdown=30)
+    assert again.state == first.state == "SCHEDULED"  # the old REVOKED was forgotten
+    start_scheduler(env)  # an idle bucket pulls them forward
+    assert first.get(timeout=60) == {"id": ran, "answer": 6}
+    assert first.state == "SUCCESS" and first.successful() and first.ready()
+    assert again.get(timeout=60) == {"id": revoked, "answer": 10}
+    assert sorted(runs()[-2:]) == sorted([ran, revoked])
+    assert by_control not in runs() and by_cli not in runs()  # revoked: never ran
+
+    # A recurring job: not over while it has a row; result is its latest run's.
+    recurring = fresh("rec")
+    r = answer.apply_async((message(recurring, n=1, again=2),), countdown=30)
+    wait_for(lambda: r.result is not None, 60, "the recurring job's first run")
+    assert r.state in ("SCHEDULED", "DISPATCHED") and not r.ready()
+    assert r.get(timeout=60) == {"id": recurring, "answer": 6}  # its third, last run
+    assert r.state == "SUCCESS" and runs().count(recurring) == 3
+    assert ctl.get(recurring) is None

@@ -1,0 +1,86 @@
+"""A worker imports only what it runs (docs/operations.md#memory).
+
+Every module a worker process imports costs memory in it and in each prefork child:
+the seed job (PySpark), the migrations (alembic, Mako), the resequencer's HTTP client
+(httpx) and Celery's command-line extras (Pygments, Flower, prompt_toolkit) are
+imported by the commands and workers that use them, never by ``import tasks``. Each
+check runs in a fresh interpreter and reads its ``sys.modules``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+NEVER = {"pyspark", "alembic", "mako", "pygments", "httpx", "httpcore"}
+#: Celery's other commands and plugins, which ``recur worker`` (config/worker_entry.py)
+#: leaves out.
+CELERY_CLI_EXTRAS = {"flower", "tornado", "prompt_toolkit", "click_repl", "yaml"}
+#: What ``celery -A tasks worker`` loads once the app is found: the app and recur's
+#: tasks, the Worker and consumer classes it names, both pools the buckets use, the
+#: AMQP transport and the Redis result backend.
+WORKER_LOADS = """
+from tasks.app import app
+import tasks, tasks.worker, tasks.consumer
+import celery.concurrency.prefork, celery.concurrency.thread, celery.worker.consumer
+import celery.app.trace, kombu.transport.pyamqp
+app.Worker, app.backend
+"""
+
+
+def imported_roots(code: str) -> set[str]:
+    """The top-level packages in ``sys.modules`` after ``code`` ran in a fresh interpreter."""
+    probe = f"{code}\nimport json, sys\nprint(json.dumps(sorted({{m.split('.')[0] for m in "\
+            f"sys.modules}})))"
+    out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120, check=True)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+@pytest.mark.timeout(240)
+def test_what_a_worker_loads_imports_no_seed_migration_or_http_code() -> None:
+    loaded = imported_roots(WORKER_LOADS)
+    assert {"celery", "kombu", "redis", "sqlalchemy", "psycopg"} <= loaded  # it did load
+    assert loaded & NEVER == set()
+
+
+@pytest.mark.timeout(240)
+def test_recur_worker_runs_celerys_worker_command_without_the_rest_of_its_cli() -> None:
+    loaded = imported_roots("from config.worker_entry import prepare\n"
+                            "prepare(['-A', 'tasks', 'worker'])\n" + WORKER_LOADS)
+    assert loaded & (NEVER | CELERY_CLI_EXTRAS) == set()
+
+
+def test_recur_worker_execs_the_slim_entry_point_with_the_buckets_profile() -> None:
+    from tasks.cli.params import bucket_arg
+    from tasks.cli.worker import worker_argv
+
+    argv = worker_argv(bucket_arg(None, None, "short"), ("--without-gossip",))
+    assert argv[1:7] == ["-m", "config.worker_entry", "-A", "tasks", "worker", "-Q"]
+    assert argv[argv.index("-P") + 1] == "prefork" and argv[-1] == "--without-gossip"
+
+
+def test_the_schema_check_knows_the_head_alembic_knows() -> None:
+    from scheduler.store.migrate import alembic_head
+    from scheduler.store.schema_check import head_revision
+
+    assert head_revision() == alembic_head()
+
+
+def test_what_the_worker_leaves_out_stays_importable_for_task_code() -> None:
+    loaded = imported_roots("from config.worker_entry import prepare\n"
+                            "prepare(['-A', 'tasks', 'worker'])\n"
+                            "import pygments.lexers, yaml")
+    assert {"pygments", "yaml"} <= loaded
+
+
+def test_a_bad_worker_entry_command_line_is_one_line() -> None:
+    out = subprocess.run([sys.executable, "-m", "config.worker_entry", "worker"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.strip().startswith("recur: usage:")
+    assert "Traceback" not in out.stderr
