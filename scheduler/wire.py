@@ -34,13 +34,15 @@ from typing import Any
 from config import signing
 from config.errors import InvalidControlHeader, InvalidMessage
 from config.settings import settings
+from routing.request_headers import DISPATCH_HEADER as DISPATCH_HEADER
+from routing.request_headers import request_header as request_header
 
-#: The message header the scheduler sets, ``[job_key, token, lease, due]`` (the
-#: lease expiry and the row's due time in microseconds since the epoch, see
-#: store.Claimed); the worker compares the first three with the row, and counts
-#: the job's pull-forward floor from the due time. One header: every header
-#: costs publish time.
-DISPATCH_HEADER = "recur_dispatch"
+# DISPATCH_HEADER (named in routing/request_headers.py, read by the lock and tracing
+# too) is the message header the scheduler sets, ``[job_key, token, lease, due]`` (the
+# lease expiry and the row's due time in microseconds since the epoch, see
+# store.Claimed); the worker compares the first three with the row, and counts
+# the job's pull-forward floor from the due time. One header: every header
+# costs publish time.
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -74,15 +76,6 @@ class Dispatch:
 def micros(moment: datetime) -> int:
     """Microseconds since the epoch: an exact, JSON-safe stamp of a datetime."""
     return (moment - EPOCH) // timedelta(microseconds=1)
-
-
-def request_header(request: Any, name: str) -> Any:
-    """A message header as Celery exposes it: a request attribute, or in ``headers``."""
-    value = getattr(request, name, None)
-    headers = getattr(request, "headers", None)
-    if value is None and isinstance(headers, Mapping):
-        value = headers.get(name)
-    return value
 
 
 def dispatch_of(request: Any) -> Dispatch | None:

@@ -28,7 +28,7 @@ from opentelemetry.trace import (
     TraceFlags,
 )
 
-from routing.tracing.headers import DISPATCH_HEADER, LINK_HEADER
+from routing.tracing.headers import DISPATCH_HEADER, LINK_HEADER, request_header
 
 #: The attributes CeleryInstrumentor gives a run's span that lean mode keeps.
 ACTION, TASK_NAME = "celery.action", "celery.task_name"
@@ -36,13 +36,8 @@ MESSAGE_ID, DESTINATION, HOSTNAME = "messaging.message_id", "messaging.destinati
     "celery.hostname"
 
 
-def header(request: Any, name: str) -> Any:
-    """A message header, as Celery's request attribute or in its ``headers``."""
-    value = getattr(request, name, None)
-    headers = getattr(request, "headers", None)
-    if value is None and isinstance(headers, Mapping):
-        value = headers.get(name)
-    return value
+#: A message header off a request (the one reader, routing/request_headers.py).
+header = request_header
 
 
 def parse_traceparent(value: Any) -> SpanContext | None:
