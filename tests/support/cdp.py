@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -19,7 +18,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-import pytest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from tests.support import services
@@ -33,14 +31,7 @@ T = TypeVar("T")
 
 def chromium() -> str:
     """Debian's chromium, installed by the set-up script when missing (never skipped)."""
-    found = shutil.which("chromium")
-    if found is None:
-        subprocess.run([str(services.ROOT / "scripts" / "ensure-services.sh"), "chromium"],
-                       capture_output=True, timeout=600)
-        found = shutil.which("chromium")
-    if found is None:
-        pytest.fail("chromium missing after scripts/ensure-services.sh chromium", pytrace=False)
-    return found
+    return services.installed_program("chromium")
 
 
 class Browser:

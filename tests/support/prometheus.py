@@ -4,8 +4,6 @@ the targets a test names with the shipped config's job names, every ``interval``
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,15 +21,7 @@ SHIPPED = services.ROOT / "config" / "monitoring" / "prometheus.yml"
 
 def prometheus_binary() -> str:
     """Debian's prometheus, installed by the set-up script when it is missing."""
-    found = shutil.which("prometheus")
-    if found is None:
-        subprocess.run([str(services.ROOT / "scripts" / "ensure-services.sh"), "prometheus"],
-                       capture_output=True, timeout=600)
-        found = shutil.which("prometheus")
-    if found is None:
-        pytest.fail("prometheus missing after scripts/ensure-services.sh prometheus",
-                    pytrace=False)
-    return found
+    return services.installed_program("prometheus")
 
 
 def scrape_config(targets: dict[str, list[str]], interval: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ loudly: a test that needs a service never skips.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import uuid
@@ -86,3 +87,17 @@ def delete_redis_keys() -> None:
     client = redis.Redis.from_url(REDIS_URL)
     for key in client.scan_iter(match=f"{KEY_PREFIX}:*", count=1000):
         client.delete(key)
+
+
+def installed_program(program: str) -> str:
+    """``program``'s path, installed by the set-up script (the service of the same name)
+    when missing: a test that needs it fails loudly, never skips."""
+    found = shutil.which(program)
+    if found is None:
+        subprocess.run([str(ROOT / "scripts" / "ensure-services.sh"), program],
+                       capture_output=True, timeout=600)
+        found = shutil.which(program)
+    if found is None:
+        pytest.fail(f"{program} missing after scripts/ensure-services.sh {program}",
+                    pytrace=False)
+    return found
