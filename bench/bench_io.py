@@ -15,7 +15,14 @@ messages / 10 runs per second. Side by side, one after the other, in one run:
   concurrency and processes, next run by Celery's own countdown (ETA held in
   the worker);
 - ``arq``: asyncio on Redis at the same concurrency and processes, next run by
-  ``_defer_by``.
+  ``_defer_by``;
+- ``recur_noop_sync`` and ``celery_noop``: the no-op cycle of the peers' harness, a
+  plain (sync) task that only records itself and runs again, on recur's I/O bucket
+  worker (threads) and on plain Celery threads, for the no-op cycle mode:
+
+    flock /tmp/recur-bench.lock .venv/bin/python -m bench.bench_io --every 2
+        --concurrency 4 --only recur_noop_sync,celery_noop   (20k jobs every 2 s,
+        2 workers x 4 threads; the goal: recur >= 2,100 runs/s)
 
 Per contender: completed runs/s in the window after a warm-up, lag p50/p99
 (run start − due time, sampled 1 in 10), worker RSS (max, all its processes),
@@ -28,8 +35,8 @@ the same code would reach with the cores to itself; the 1-minute load average
 at the window's start and end is beside it.
 
     flock /tmp/recur-bench.lock .venv/bin/python -m bench.bench_io [--messages 20000]
-        [--seconds 60] [--processes 2] [--concurrency 100] [--only recur_io,arq]
-        [--profile DIR]
+        [--seconds 60] [--processes 2] [--concurrency 100] [--every 10]
+        [--only recur_io,arq] [--profile DIR]   (RECURBENCH_RESULTS=DIR: write elsewhere)
 
 Needs the bench extra (arq): pip install -e '.[bench]'; ``--profile`` needs py-spy.
 """
@@ -60,6 +67,8 @@ from bench import io_record, proc_stats  # noqa: E402 - after the environment is
 from bench.results_io import write_result  # noqa: E402
 
 CONTENDERS = ("recur_noop", "recur_io", "recur_short", "celery_threads", "arq")
+#: The no-op cycle's contenders (not run unless named in --only).
+NOOP_CONTENDERS = ("recur_noop_sync", "celery_noop")
 WARMUP = 10.0
 
 
@@ -80,6 +89,7 @@ class Run:
                     io_record.PREFIX_VAR: f"{ENVIRONMENT.vhost}:{name}",
                     "BENCHIO_ARQ_QUEUE": f"{ENVIRONMENT.vhost}:arq",
                     "BENCHIO_CONCURRENCY": str(opts.concurrency),
+                    io_record.EVERY_VAR: str(opts.every),
                     "PYTHONPATH": str(ROOT)}
         os.environ[io_record.PREFIX_VAR] = self.env[io_record.PREFIX_VAR]
         self.children: list[Any] = []
@@ -122,11 +132,12 @@ def seed_recur(run: Run, task: str, bucket: str) -> None:
     now, n = datetime.now(UTC), run.opts.messages
     jobs = []
     for i in range(n):
-        due = now + timedelta(seconds=io_record.EVERY * i / n)
-        msg = {"id": f"m{i}", "user_id": f"u{i}", "bucket": bucket,
+        due = now + timedelta(seconds=run.opts.every * i / n)
+        key = f"m{i}"
+        msg = {"id": key, "user_id": f"u{i}", "bucket": bucket,
                "payload": {"due": due.timestamp()}}
-        jobs.append(Job(msg["id"], task, bucket, encode_call([msg], {}, job_key=msg["id"],
-                                                             bucket=bucket), due))
+        jobs.append(Job(key, task, bucket, encode_call([msg], {}, job_key=key, bucket=bucket),
+                        due))
     for i in range(0, n, 5000):
         store.schedule(jobs[i:i + 5000], now)
     store.close()
@@ -140,11 +151,12 @@ def start_recur(task: str, bucket: str) -> Callable[[Run], None]:
     return start
 
 
-def start_celery_threads(run: Run) -> None:
+def start_celery_threads(run: Run, noop: bool = False) -> None:
     from bench.io_plain import app as plain
-    from bench.io_plain import plain_io
+    from bench.io_plain import plain_io, plain_noop
     from tests.support.processes import wait_for_worker
 
+    task = plain_noop if noop else plain_io
     celery = str(Path(sys.executable).parent / "celery")
     plain.conf.broker_url = ENVIRONMENT.broker_url
     for i in range(run.opts.processes):
@@ -159,8 +171,8 @@ def start_celery_threads(run: Run) -> None:
     start = time.time()
     with plain.producer_or_acquire() as producer:
         for i in range(n):
-            offset = max(0.0, start + io_record.EVERY * i / n - time.time())
-            plain_io.apply_async((f"m{i}", time.time() + offset), countdown=offset,
+            offset = max(0.0, start + run.opts.every * i / n - time.time())
+            task.apply_async((f"m{i}", time.time() + offset), countdown=offset,
                                  producer=producer)
 
 
@@ -172,14 +184,14 @@ def start_arq(run: Run) -> None:
         worker = run.spawn(f"worker{i}", [arq, "bench.io_arq.WorkerSettings"])
         wait_for(functools.partial(_arq_started, worker), 30, "the arq worker")
         run.workers.append(worker)
-    asyncio.run(seed_arq(run.opts.messages, run.env["BENCHIO_ARQ_QUEUE"]))
+    asyncio.run(seed_arq(run.opts.messages, run.env["BENCHIO_ARQ_QUEUE"], run.opts.every))
 
 
 def _arq_started(worker: Any) -> bool:
     return "Starting worker" in worker.log() or worker.proc.poll() is not None
 
 
-async def seed_arq(n: int, queue: str) -> None:
+async def seed_arq(n: int, queue: str, every: float) -> None:
     from arq import create_pool
     from arq.connections import RedisSettings
 
@@ -187,8 +199,8 @@ async def seed_arq(n: int, queue: str) -> None:
     start = time.time()
     for i in range(0, n, 50):
         await asyncio.gather(*(pool.enqueue_job(
-            "run", f"m{j}", start + io_record.EVERY * j / n,
-            _defer_until=datetime.fromtimestamp(start + io_record.EVERY * j / n, UTC),
+            "run", f"m{j}", start + every * j / n,
+            _defer_until=datetime.fromtimestamp(start + every * j / n, UTC),
             _queue_name=queue) for j in range(i, min(n, i + 50))))
     await pool.aclose()
 
@@ -199,6 +211,8 @@ STARTERS: dict[str, Callable[[Run], None]] = {
     "recur_short": start_recur("bench.io_sync", "short"),
     "celery_threads": start_celery_threads,
     "arq": start_arq,
+    "recur_noop_sync": start_recur("bench.io_noop_sync", "io"),
+    "celery_noop": functools.partial(start_celery_threads, noop=True),
 }
 
 
@@ -332,8 +346,15 @@ def main() -> None:
                         help="worker processes of the io bucket, plain Celery and arq")
     parser.add_argument("--profile", metavar="DIR",
                         help="py-spy each worker and the scheduler into DIR (needs py-spy)")
-    parser.add_argument("--only", default=",".join(CONTENDERS))
+    parser.add_argument("--every", type=float, default=10.0,
+                        help="seconds between two runs of a message (the no-op cycle: 2)")
+    parser.add_argument("--only", default=",".join(CONTENDERS),
+                        help=f"contenders, of {', '.join(CONTENDERS + NOOP_CONTENDERS)}")
     opts = parser.parse_args()
+    unknown = set(opts.only.split(",")) - set(STARTERS)
+    if unknown or opts.every <= 0:
+        parser.exit(2, f"recur: --only: unknown contender(s) {', '.join(sorted(unknown))}\n"
+                    if unknown else "recur: --every must be above 0\n")
     opts.port = free_port()
     from tests.support.processes import spawn, wait_for
 
@@ -368,8 +389,8 @@ def summary(opts: argparse.Namespace, results: dict[str, Any], log_dir: Path) ->
     io, noop = results.get("recur_io"), results.get("recur_noop")
     doc: dict[str, Any] = {
         "command": "python -m bench.bench_io " + " ".join(sys.argv[1:]),
-        "setup": {"messages": opts.messages, "every_s": io_record.EVERY,
-                  "offered_runs_per_s": round(opts.messages / io_record.EVERY),
+        "setup": {"messages": opts.messages, "every_s": opts.every,
+                  "offered_runs_per_s": round(opts.messages / opts.every),
                   "request_ms": 100, "seconds": opts.seconds, "warmup_s": WARMUP,
                   "concurrency": opts.concurrency, "processes": opts.processes,
                   "logs": str(log_dir)},
@@ -378,6 +399,10 @@ def summary(opts: argparse.Namespace, results: dict[str, Any], log_dir: Path) ->
     }
     if io and noop:
         doc["recur_io_to_noop"] = round(io["per_second"] / max(noop["per_second"], 1), 2)
+    mine, plain = results.get("recur_noop_sync"), results.get("celery_noop")
+    if mine and plain and "per_second" in mine and "per_second" in plain:
+        doc["goal_noop"] = "recur_noop_sync >= 2100 runs/s (20k jobs every 2 s, 2 x 4 threads)"
+        doc["recur_noop_to_celery"] = round(mine["per_second"] / max(plain["per_second"], 1), 2)
     return doc
 
 

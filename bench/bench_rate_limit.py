@@ -22,8 +22,9 @@ so stock Celery's rate_limit="100/s" runs about 5 tasks a second (celery/celery#
 these modes measure Celery's rate_limit semantics, not that stall.
 
 Reports per mode: keys over rate + burst in some 1-second window (violations), the
-other keys' starts/s, deferrals (busy returns) per job, and the CPU seconds each
-component used (workers, scheduler, Redis, PostgreSQL, RabbitMQ, this publisher).
+other keys' starts/s, deferrals (busy returns) per job, order inversions (pairs of one
+key's jobs started in the opposite order of publication, summed over keys), and the CPU
+seconds each component used (workers, scheduler, Redis, PostgreSQL, RabbitMQ, this publisher).
 
     python -m bench.bench_rate_limit [--keys 1000] [--jobs 20] [--result rate_limit]
     python -m bench.bench_rate_limit --keys 50 --jobs 10 --celery-seconds 10 --allow-busy
@@ -162,6 +163,7 @@ def summary(by: dict[str, dict[str, Any]]) -> dict[str, Any]:
         if mode in by:
             out[f"{mode}_busy_returns_per_job"] = by[mode]["busy_returns_per_job"]
             out[f"{mode}_keys_over_limit"] = by[mode]["keys_over_limit"]
+            out[f"{mode}_order_inversions"] = by[mode]["order_inversions"]
     return out
 
 

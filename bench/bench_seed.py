@@ -157,8 +157,16 @@ def database_size() -> dict[str, Any]:
     (rows, table, total), = pg(
         f"SELECT count(*), pg_relation_size('{SCHEMA}.due_jobs'), "
         f"pg_total_relation_size('{SCHEMA}.due_jobs') FROM {SCHEMA}.due_jobs")
+    indexes = pg(f"SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+                 f"WHERE indrelid = '{SCHEMA}.due_jobs'::regclass")
+    per_row = max(int(rows), 1)
+    # Bytes per waiting job (#26: <= 250 with UUID users and every index).
     return {"rows_in_table": rows, "table_mb": round(table / 2**20),
-            "table_with_indexes_mb": round(total / 2**20)}
+            "table_with_indexes_mb": round(total / 2**20),
+            "bytes_per_job": round(total / per_row, 1),
+            "bytes_per_job_by_relation": {
+                "heap": round(table / per_row, 1),
+                **{str(n).rsplit(".", 1)[-1]: round(int(b) / per_row, 1) for n, b in indexes}}}
 
 
 def baseline(count: int, full: int) -> dict[str, Any]:

@@ -21,6 +21,11 @@ At each size, in the same run and interleaved (so both see the same load):
 * the same readings in this process, each part on its own (bucket counts and
   the due-time histogram, bounded and exact), median of ``--repeats``;
 * what the bounded reading showed against the exact counts, per bucket;
+* the import floor, interleaved with the command: the wall time of ``python -c
+  "import sqlalchemy, psycopg, redis, amqp"`` (the drivers any reading of the
+  three services imports) and of ``python -c pass`` (the interpreter alone), so the
+  command's wall time reads against what it cannot go under (``recur status``
+  imports no Celery app: scheduler/status/);
 * the load average before and after.
 
 Writes ``bench/results/status.json`` (after every size). Runs in its own schema
@@ -99,6 +104,17 @@ def command(exact: bool) -> tuple[float, dict[str, Any]]:
     return wall, json.loads(done.stdout)
 
 
+#: The drivers any reading of the store, the broker and Redis imports: the command's floor.
+FLOOR = "import sqlalchemy, psycopg, redis, amqp"
+
+
+def python_wall(code: str) -> float:
+    """Wall seconds of ``python -c code`` (a fresh interpreter, as the command is)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=benv.ROOT)
+    return time.perf_counter() - t0
+
+
 def timed(fn: Callable[[], Any], repeats: int) -> dict[str, float]:
     runs = []
     for _ in range(repeats):
@@ -159,16 +175,23 @@ def measure(size: int, repeats: int) -> dict[str, Any]:
     walls: dict[bool, list[float]] = {False: [], True: []}
     store: dict[bool, list[float]] = {False: [], True: []}
     last: dict[bool, dict[str, Any]] = {}
+    floor: dict[str, list[float]] = {FLOOR: [], "pass": []}
     for _ in range(repeats):
         for exact in (False, True):
             wall, doc = command(exact)
             walls[exact].append(wall)
             store[exact].append(doc["store_seconds"])
             last[exact] = doc
-    step: dict[str, Any] = {"waiting_jobs": size}
+        for code, found in floor.items():
+            found.append(python_wall(code))
+    floor_s = statistics.median(floor[FLOOR])
+    step: dict[str, Any] = {"waiting_jobs": size, "import_floor": {
+        "command": f'python -c "{FLOOR}"', "wall_s_median": round(floor_s, 3),
+        "interpreter_s_median": round(statistics.median(floor["pass"]), 3)}}
     for exact, name in ((False, "bounded"), (True, "exact")):
         step[f"command_{name}"] = {
             "wall_s_median": round(statistics.median(walls[exact]), 3),
+            "over_import_floor_s": round(statistics.median(walls[exact]) - floor_s, 3),
             "store_ms_median": round(statistics.median(store[exact]) * 1000, 1),
             "store_ms_max": round(max(store[exact]) * 1000, 1)}
     step["store_speedup"] = round(statistics.median(store[True])

@@ -27,3 +27,10 @@ def plain_io(self: Any, key: str, due: float) -> None:
     sync_get()
     record_sync(due, started)
     plain_io.apply_async((key, now() + EVERY), countdown=EVERY)
+
+
+@app.task(bind=True, name="benchplain.noop")
+def plain_noop(self: Any, key: str, due: float) -> None:
+    """The no-op cycle (bench_io ``celery_noop``): record, and run again ``EVERY`` later."""
+    record_sync(due, now())
+    plain_noop.apply_async((key, now() + EVERY), countdown=EVERY)

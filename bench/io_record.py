@@ -23,8 +23,10 @@ import redis.asyncio
 PREFIX_VAR = "BENCHIO_PREFIX"
 REDIS_URL = "redis://127.0.0.1:6379/0"
 SAMPLE = 10
-#: Seconds between two runs of one message (its countdown / defer).
-EVERY = 10.0
+#: Seconds between two runs of one message (its countdown / defer); bench_io's ``--every``
+#: sets it for the workers (the no-op cycle: 2).
+EVERY_VAR = "BENCHIO_EVERY"
+EVERY = float(os.environ.get(EVERY_VAR) or 10.0)
 FLUSH_RUNS = 100
 FLUSH_SECONDS = 0.25
 

@@ -36,6 +36,14 @@ def io_sync(self: MessageTask, message: Any) -> None:
     self.apply_async(next_message(message), countdown=EVERY)
 
 
+@app.task(bind=True, base=MessageTask, name="bench.io_noop_sync")
+def io_noop_sync(self: MessageTask, message: Any) -> None:
+    """The no-op cycle as the peers' harness runs it: a plain (sync) task on the I/O
+    bucket's threads, no event loop."""
+    record_sync(message["payload"]["due"], now())
+    self.apply_async(next_message(message), countdown=EVERY)
+
+
 @app.task(bind=True, base=MessageTask, name="bench.io_noop")
 async def io_noop(self: MessageTask, message: Any) -> None:
     """recur's own full cycle on the same worker, without the request."""

@@ -87,16 +87,50 @@ def figures(starts: list[dict[str, Any]], sent: list[dict[str, Any]], busy: int,
     last = max((s["t"] for s in others), default=float("nan"))
     span = last - first if window is None else min(window, last - first)
     over, worst = window_count(starts)
+    inverted = order_inversions(starts, sent)
     return {"jobs": len(sent), "others_sent": len(others_sent), "started": len(starts),
             "others_not_started": len(others_sent - {s["id"] for s in others}),
             "duplicate_starts": len(starts) - len({s["id"] for s in starts}),
             "hot_started": len(starts) - len(others),
             "keys_over_limit": over, "worst_excess_per_window": worst,
+            "order_inversions": sum(inverted.values()),
+            "hot_order_inversions": inverted.get("hot", 0),
+            "keys_out_of_order": sum(1 for n in inverted.values() if n),
             "span_s": round(span, 2),
             "others_per_s": round(len(others) / span, 1) if span > 0 else None,
             "allowed_per_s": allowed,
             "busy_returns": busy,
             "busy_returns_per_job": round(busy / len(sent), 4) if sent else 0.0}
+
+
+def order_inversions(starts: list[dict[str, Any]], sent: list[dict[str, Any]]
+                     ) -> dict[str, int]:
+    """Per key, pairs of its jobs that started in the opposite order of publication
+    (a job's first start counts; the issue: a job keeps its place among its key's)."""
+    rank = {m["id"]: i for i, m in enumerate(sent)}
+    first: dict[str, float] = {}
+    for s in sorted(starts, key=lambda s: s["t"]):
+        first.setdefault(s["id"], s["t"])
+    by_key: dict[str, list[int]] = {}
+    for s in sorted(starts, key=lambda s: s["t"]):
+        if first.get(s["id"]) == s["t"] and s["id"] in rank:
+            first.pop(s["id"])
+            by_key.setdefault(s["key"], []).append(rank[s["id"]])
+    return {key: inversions(ranks) for key, ranks in by_key.items()}
+
+
+def inversions(ranks: list[int]) -> int:
+    """Pairs i < j with ranks[i] > ranks[j] (merge sort count: a hot key has thousands)."""
+    if len(ranks) < 2:
+        return 0
+    mid = len(ranks) // 2
+    left, right = sorted(ranks[:mid]), sorted(ranks[mid:])
+    count, j = inversions(ranks[:mid]) + inversions(ranks[mid:]), 0
+    for value in left:
+        while j < len(right) and right[j] < value:
+            j += 1
+        count += j
+    return count
 
 
 def wait_until(done: Any, timeout: float, poll: float = 0.25) -> bool:

@@ -7,6 +7,10 @@ shows the traceback as well. The wrapper lives here, outside the ``tasks``
 package, because importing ``tasks`` builds the Celery app from the settings:
 a bad setting must already be inside the wrapper, and ``recur settings`` must
 still be able to list every bad variable.
+
+``recur status`` does not import ``tasks`` at all: its command lives in
+scheduler/status/ and runs on a group of its own, so the command costs the store's,
+the broker's and Redis' drivers, not the Celery app (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -26,10 +30,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args[:1]
     try:
+        command = [a for a in args if a != "--debug"][:1]
+        if command == ["status"]:
+            from scheduler.status.command import alone
+
+            alone().main(args, prog_name="recur", standalone_mode=True)
+            return
         try:
             from tasks.cli import cli
         except ConfigError:
-            if [a for a in args if a != "--debug"][:1] == ["settings"]:
+            if command == ["settings"]:
                 sys.exit(settings_report())
             raise
         cli.main(args, prog_name="recur", standalone_mode=True)

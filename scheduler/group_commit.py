@@ -17,6 +17,11 @@ only wait the same outage out once per row); the caller retries as it would any
 failed ``apply_async`` (the write is an idempotent upsert). A batch is written in
 job-key order, so two processes' batches that share keys cannot deadlock. A process
 killed mid-commit loses only calls that had not returned.
+
+The same leader/follower batching serves a threads-pool worker's per-run statements
+(PostgreSQL, scheduler/store/settle_batch.py): the token check of the runs that start
+together is one read, their token-checked reschedules one statement; each run still
+gets its own answer (``peek_dispatch``, ``reschedule_job``).
 """
 
 from __future__ import annotations
@@ -28,12 +33,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from operator import attrgetter
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from config.errors import StoreUnavailable
 from config.settings import Settings
 from scheduler.store import DueStore, Job
 from scheduler.store.enqueue import rows_refused
+from scheduler.store.settle_batch import Peek, Reschedule, batched, peek_many, reschedule_many
 
 T = TypeVar("T")
 
@@ -181,23 +187,31 @@ class GroupCommit(Generic[T]):
         self.rows += rows
 
 
-_committers: weakref.WeakKeyDictionary[DueStore, tuple[int, GroupCommit[Job]]] = (
+_committers: weakref.WeakKeyDictionary[DueStore, tuple[int, dict[str, GroupCommit[Any]]]] = (
     weakref.WeakKeyDictionary())
 _committers_lock = threading.Lock()
 
 
-def committer(store: DueStore) -> GroupCommit[Job]:
-    """This process's committer for ``store``, made on first use; a forked child makes
-    its own (the parent's could have been mid-commit at the fork)."""
+def _committer(store: DueStore, kind: str,
+               make: Callable[[weakref.ref[DueStore]], GroupCommit[Any]]) -> GroupCommit[Any]:
+    """This process's committer of ``kind`` for ``store``, made on first use; a forked
+    child makes its own (the parent's could have been mid-commit at the fork)."""
     pid = os.getpid()
     found = _committers.get(store)
-    if found is None or found[0] != pid:
+    if found is None or found[0] != pid or kind not in found[1]:
         with _committers_lock:
             found = _committers.get(store)
             if found is None or found[0] != pid:
-                found = _committers[store] = (pid, GroupCommit(_writer(weakref.ref(store)),
-                                                               rows_refused))
-    return found[1]
+                found = _committers[store] = (pid, {})
+            if kind not in found[1]:
+                found[1][kind] = make(weakref.ref(store))
+    return found[1][kind]
+
+
+def committer(store: DueStore) -> GroupCommit[Job]:
+    """This process's committer of upserts for ``store``."""
+    return _committer(store, "schedule",
+                      lambda ref: GroupCommit(_writer(ref), rows_refused))
 
 
 def _writer(ref: weakref.ref[DueStore]) -> Callable[[Sequence[Job]], None]:
@@ -208,6 +222,41 @@ def _writer(ref: weakref.ref[DueStore]) -> Callable[[Sequence[Job]], None]:
             raise StoreUnavailable("the due-jobs store was closed")
         store.schedule(sorted(jobs, key=attrgetter("job_key")), datetime.now(UTC))
     return write
+
+
+def _batch(ref: weakref.ref[DueStore], run: Callable[[DueStore, Sequence[T]], None]
+           ) -> Callable[[Sequence[T]], None]:
+    def write(items: Sequence[T]) -> None:
+        store = ref()
+        if store is None:
+            raise StoreUnavailable("the due-jobs store was closed")
+        run(store, items)
+    return write
+
+
+def peek_dispatch(store: DueStore, job_key: str, cfg: Settings
+                  ) -> tuple[int, datetime | None] | None:
+    """``DueStore.live_dispatch(job_key, wait=False)``; on PostgreSQL with
+    RECUR_GROUP_COMMIT one read shared with this process's concurrent runs (an outage
+    fails every run of the read: no row can cause it)."""
+    if not (cfg.group_commit and batched(store)):
+        return store.live_dispatch(job_key, wait=False)
+    peek = Peek(job_key)
+    _committer(store, "peek", lambda ref: GroupCommit(_batch(ref, peek_many),
+                                                      lambda exc: False)).submit(peek)
+    return peek.live
+
+
+def reschedule_job(store: DueStore, call: Reschedule, cfg: Settings) -> bool:
+    """``DueStore.reschedule`` of ``call`` (token-checked; False: a stale copy); on
+    PostgreSQL with RECUR_GROUP_COMMIT one statement shared with this process's
+    concurrent reschedules (a batch refused for a row is written again row by row)."""
+    if cfg.group_commit and batched(store):
+        _committer(store, "reschedule", lambda ref: GroupCommit(
+            _batch(ref, reschedule_many), rows_refused)).submit(call)
+        return call.accepted
+    return store.reschedule(call.job_key, call.token, call.due_at, call.now, args=call.args,
+                            early_at=call.early_at)
 
 
 def schedule_job(store: DueStore, job: Job, cfg: Settings) -> None:

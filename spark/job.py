@@ -21,6 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from config.errors import RecurError, SeedInputError
 from config.settings import settings
 from scheduler.store.bulk import BulkSink, open_bulk, register_task
+from scheduler.store.bulk_indexes import build_indexes, defer_indexes
 from scheduler.store.connection import is_sqlite, make_engine
 from scheduler.store.migrate import check_schema
 from spark.extract import read_input
@@ -166,11 +167,18 @@ def run_seed(spark: SparkSession, opts: SeedOptions,
     plan = load_plan(opts, checked)
     # A generated row is under 300 bytes: its batches need no byte cap.
     small_rows = unmeasured_arrow_batches(spark) if opts.generate else nullcontext()
+    # An empty store is loaded without its secondary indexes, built after (bulk_indexes.py).
+    deferred = defer_indexes(opts.database_url) if opts.sink == "store" else []
     with small_rows, Progress(spark.sparkContext, emit) as progress:
         progress.step = f"checking and loading into the {opts.sink}"
-        result, output = run_loader(
-            plan.frame, partition_loader(plan.open_sink, plan.chunk, plan.lines_of),
-            plan.max_connections)
+        try:
+            result, output = run_loader(
+                plan.frame, partition_loader(plan.open_sink, plan.chunk, plan.lines_of),
+                plan.max_connections)
+        finally:
+            if deferred:
+                progress.step = f"building {len(deferred)} indexes"
+                build_indexes(opts.database_url)
         progress.step = "writing rejects"
         try:
             rejected = write_rejects(spark, output, opts.rejects)

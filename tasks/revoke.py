@@ -8,6 +8,9 @@ Celery worker stores for a task it discards), then broadcasts as Celery does (a
 running copy can still be terminated; ids that are not job keys are plain Celery
 revokes). Every revoke through the app goes this way: ``AsyncResult.revoke()``,
 ``app.control.revoke``, ``celery -A tasks control revoke``, Flower's revoke button.
+Every other cancel of a job by its key (``recur jobs cancel``, the Scheduled page's
+cancel button) goes through :func:`cancel_job` too, so ``AsyncResult(key).state``
+is REVOKED whichever way the job was cancelled.
 
 A worker keeps revoked ids for hours, while a job key is reused (it is the message
 id by default). So a scheduler-dispatched copy is never discarded for its task id
@@ -26,8 +29,9 @@ from celery.app.control import Control
 from celery.backends.base import DisabledBackend
 from celery.worker import state as worker_state
 
-from config.errors import StoreError
+from config.errors import StoreError, UnknownJob
 from config.settings import settings
+from scheduler import jobs as api
 from scheduler.store import get_store
 from scheduler.store.control import JobControl, JobRow
 from scheduler.wire import DISPATCH_HEADER
@@ -70,18 +74,30 @@ def ids_of(task_ids: Any) -> list[str]:
 
 
 def cancel_stored(app: Any, task_ids: Any) -> list[JobRow]:
-    """Delete the rows of the ids that are job keys in the store, and store REVOKED
-    for each; the rows as they were."""
+    """Cancel the ids that are job keys in the store (:func:`cancel_job`); the rows as
+    they were (ids the store does not hold are left to Celery's broadcast)."""
     ids, url = ids_of(task_ids), settings().database_url
     if not ids or not store_exists(url):  # no store (an SQLite file never made): no jobs
         return []
     ctl = JobControl(get_store(url))
-    rows = [row for key in ids if (row := ctl.cancel(key)) is not None]
-    for row in rows:
-        log.info("job %s (%s, %s): revoked, its row deleted from the due-jobs store",
-                 row.job_key, row.task, row.state)
-        mark_revoked(app, row)
+    rows = []
+    for key in ids:
+        try:
+            rows.append(cancel_job(app, ctl, key))
+        except UnknownJob:
+            continue
     return rows
+
+
+def cancel_job(app: Any, ctl: JobControl, job_key: str) -> JobRow:
+    """The one cancel of a job by its key: delete its row, then store REVOKED for it (as
+    a revoke does), so ``AsyncResult(key)`` says REVOKED after any cancel. The row as it
+    was; UnknownJob (nothing changed) when the store has no such job."""
+    row = api.cancel(ctl, job_key)
+    log.info("job %s (%s, %s): cancelled, its row deleted from the due-jobs store",
+             row.job_key, row.task, row.state)
+    mark_revoked(app, row)
+    return row
 
 
 def mark_revoked(app: Any, row: JobRow) -> None:

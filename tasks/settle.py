@@ -27,10 +27,11 @@ from config.errors import PermanentFailure, StoreError
 from config.settings import Settings
 from routing import tracing
 from scheduler.calls import ScheduledJob, StorePlan, utcnow
-from scheduler.group_commit import schedule_job
+from scheduler.group_commit import peek_dispatch, reschedule_job, schedule_job
 from scheduler.metrics import STALE_DROPPED
 from scheduler.outages import budget_for, ride_out
 from scheduler.store import DueStore, get_store
+from scheduler.store.settle_batch import Reschedule
 from scheduler.wire import EPOCH, Dispatch, micros, request_header
 
 log = logging.getLogger(__name__)
@@ -98,20 +99,22 @@ class StoreCall(StorePlan):
             return ScheduledJob(job.job_key, job.due_at)
         state = run_state(request)
         state.pending = self  # until it is written: no finish for this run
-        accepted = ride_out(f"job {job.job_key}: reschedule", lambda: self.reschedule(store),
-                            budget_left(request, cfg))
+        accepted = ride_out(f"job {job.job_key}: reschedule",
+                            lambda: self.reschedule(store, cfg), budget_left(request, cfg))
         state.pending = None
         state.settled = True  # this run decided its row's fate: no finish
         return ScheduledJob(job.job_key, job.due_at, accepted)
 
-    def reschedule(self, store: DueStore) -> bool:
-        """The token-checked reschedule; False (logged) when this copy is stale."""
+    def reschedule(self, store: DueStore, cfg: Settings) -> bool:
+        """The token-checked reschedule (in a statement shared with the process's
+        concurrent runs: scheduler/group_commit.py); False (logged) when this copy is
+        stale."""
         assert self.reschedule_of is not None
         job, token = self.job, self.reschedule_of.token
         with tracing.span("recur.reschedule", job_key=job.job_key, token=token,
                           due_at=job.due_at) as span:
-            accepted = store.reschedule(job.job_key, token, job.due_at, utcnow(), args=job.args,
-                                        early_at=job.early_at)
+            accepted = reschedule_job(store, Reschedule(
+                job.job_key, token, job.due_at, utcnow(), job.args, job.early_at), cfg)
             span.set(accepted=accepted)
         if not accepted:
             STALE_DROPPED.labels("reschedule").inc()
@@ -158,7 +161,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings,
     key = dispatch.job_key
     store = ride_out(f"job {key}: open the store", lambda: get_store(cfg.database_url),
                      budget())
-    live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key, wait=False),
+    live = ride_out(f"job {key}: token check", lambda: peek_dispatch(store, key, cfg),
                     budget())
     if not dispatch.matches(live):  # maybe its dispatch is still committing: wait for it
         live = ride_out(f"job {key}: token check", lambda: store.live_dispatch(key), budget())
@@ -180,7 +183,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings,
     except Exception:
         retry_soon(dispatch, store, budget())
         raise
-    settle(state, dispatch, store, budget())
+    settle(state, dispatch, store, budget(), cfg)
     return result
 
 
@@ -194,13 +197,14 @@ RETRY_FAILED_AFTER = 5.0
 LEASE_MARGIN = 15.0
 
 
-def settle(state: RunState, dispatch: Dispatch, store: DueStore, budget: float) -> None:
+def settle(state: RunState, dispatch: Dispatch, store: DueStore, budget: float,
+           cfg: Settings) -> None:
     """After a run: write a reschedule it still owes, or finish its one-shot job."""
     pending = state.pending
     if pending is not None:  # the task caught its failed reschedule: never a finish
         log.warning("job %s: its reschedule failed during the run; trying it again",
                     dispatch.job_key)
-        ride_out(f"job {dispatch.job_key}: reschedule", lambda: pending.reschedule(store),
+        ride_out(f"job {dispatch.job_key}: reschedule", lambda: pending.reschedule(store, cfg),
                  budget)
         state.pending = None
         return

@@ -5,7 +5,7 @@ header extraction through a generic getter, some twenty request attributes read
 and set twice, ``repr`` of the arguments, a runtime histogram), as much as a
 no-op task; the SDK span alone is a fraction of that. Lean mode makes the same
 ``run/<task>`` span (kind CONSUMER, a child of the ``traceparent`` the message
-carries, ``celery.action``, ``celery.task_name``, ``messaging.message_id``,
+carries, ``celery.action``, ``celery.task_name``, ``messaging.message.id``,
 ``messaging.destination``, ``celery.hostname``; with ``recur.job_key`` and the
 link, error status on failure) from three Celery signals. What it leaves out:
 the other request attributes, ``tracestate`` and baggage of the incoming
@@ -32,7 +32,7 @@ from routing.tracing.headers import DISPATCH_HEADER, LINK_HEADER, request_header
 
 #: The attributes CeleryInstrumentor gives a run's span that lean mode keeps.
 ACTION, TASK_NAME = "celery.action", "celery.task_name"
-MESSAGE_ID, DESTINATION, HOSTNAME = "messaging.message_id", "messaging.destination", \
+MESSAGE_ID, DESTINATION, HOSTNAME = "messaging.message.id", "messaging.destination", \
     "celery.hostname"
 
 

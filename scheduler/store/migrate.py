@@ -13,6 +13,7 @@ from alembic.config import Config
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
 
+from scheduler.store.bulk_indexes import build_missing
 from scheduler.store.connection import translated
 from scheduler.store.schema_check import (
     MIGRATIONS,
@@ -44,4 +45,6 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     with translated(f"due-jobs database {engine.url!r}"), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
+    if revision == "head":  # indexes a stopped seed left unbuilt (bulk_indexes.py)
+        build_missing(engine)
     return current_revision(engine) or ""

@@ -29,6 +29,21 @@ def jobs_api() -> ModuleType:
 
     return api
 
+
+def revoke() -> ModuleType:
+    """tasks.revoke: the one cancel by key (deletes the row, stores REVOKED)."""
+    from tasks import revoke as cancelling
+
+    return cancelling
+
+
+def celery_app() -> Any:
+    """The Celery app whose result backend a cancel stores REVOKED in."""
+    from tasks.app import app
+
+    return app
+
+
 IN_FLIGHT_NOTE = ("a copy in flight may finish its current run; its reschedule will be "
                   "dropped, so the job does not run again")
 
@@ -137,7 +152,7 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
                 click.echo(f"  dispatched ones: {IN_FLIGHT_NOTE}")
             return
         assert key is not None
-        row = api.cancel(ctl, key)
+        row = revoke().cancel_job(celery_app(), ctl, key)
     if row.state == "dispatched":
         click.echo(f"cancelled job {key} (it was dispatched, token {row.token}): {IN_FLIGHT_NOTE}")
     else:

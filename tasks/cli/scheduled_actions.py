@@ -3,8 +3,9 @@ pause and resume per bucket.
 
 Each is one call of :mod:`scheduler.jobs`, the API behind ``recur jobs`` and
 ``recur bucket``, so the page and the command line change the store the same way
-(and refuse the same bad input, by raising before anything is changed). Each
-returns the one line the page shows.
+(and refuse the same bad input, by raising before anything is changed); a job's
+cancel is ``tasks.revoke.cancel_job``, as ``recur jobs cancel`` and a revoke, so
+the job's AsyncResult says REVOKED. Each returns the one line the page shows.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from datetime import UTC, datetime
 from config.errors import InvalidArgument
 from scheduler import jobs as api
 from scheduler.store.control import JobControl
+from tasks.app import app
 from tasks.cli.scheduled_view import control, stamp
+from tasks.revoke import cancel_job
 
 IN_FLIGHT = ("a copy in flight may finish its current run; its reschedule will be dropped, "
              "so the job does not run again")
@@ -60,7 +63,7 @@ class Form:
 
 
 def cancel(ctl: JobControl, form: Form, now: datetime) -> str:
-    row = api.cancel(ctl, form.job())
+    row = cancel_job(app, ctl, form.job())  # as a revoke: REVOKED stored for the key
     if row.state == "dispatched":
         return f"cancelled job {row.job_key} (it was dispatched, token {row.token}): {IN_FLIGHT}"
     return (f"cancelled job {row.job_key} (it was {row.state}, due {stamp(row.due_at)}): "

@@ -184,3 +184,37 @@ def test_a_copy_back_a_moment_late_keeps_its_keys_cadence(
     assert go("forgiven", "c", 0.08).allowed
     late = go("strict", "c", 0.0)
     assert not late.allowed and late.wait <= 0.07
+
+
+def test_a_placed_job_that_comes_before_an_earlier_one_waits_its_turn(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """The key's line: j2 reaches a worker before j1 (both past their slots, the real
+    runs would allow it): it waits behind j1, which then starts, then j2 does."""
+    placed = [submit(redis_client, prefix, f"j{i}", rate="20/s") for i in range(3)]
+    assert placed[0].allowed and not placed[1].allowed
+    time.sleep(placed[2].wait + 0.12)  # every slot has passed; the real runs allow one
+    assert ask(redis_client, prefix, "j0", rate="20/s").allowed
+    time.sleep(0.06)
+    jumped = ask(redis_client, prefix, "j2", rate="20/s")
+    assert not jumped.allowed and jumped.wait > 0
+    assert ask(redis_client, prefix, "j1", rate="20/s").allowed
+    time.sleep(jumped.wait)
+    assert ask(redis_client, prefix, "j2", rate="20/s").allowed
+    # A job delivered without a place waits behind a placed one, though the runs allow.
+    time.sleep(0.06)
+    assert submit(redis_client, prefix, "j3", rate="20/s").allowed  # placed now
+    fresh = ask(redis_client, prefix, "fresh", rate="20/s")
+    assert not fresh.allowed and fresh.reserved
+    assert ask(redis_client, prefix, "j3", rate="20/s").allowed
+
+
+def test_a_first_job_that_never_comes_holds_its_line_only_for_the_grace(
+        redis_client: redis.Redis, prefix: str) -> None:
+    rate = parse_rate("20/s")
+    for job in ("lost", "next"):
+        take(redis_client, prefix, "k", job, "short", rate, mode="submit")
+    time.sleep(0.1)
+    held = take(redis_client, prefix, "k", "next", "short", rate, line_grace=5.0)
+    assert not held.allowed  # "lost" (placed first, never delivered) is ahead of it
+    time.sleep(0.2)
+    assert take(redis_client, prefix, "k", "next", "short", rate, line_grace=0.15).allowed

@@ -1,6 +1,7 @@
 """@rate_limit with real workers and a real scheduler: one key's jobs start no faster
-than its rate in every 1-second window across two worker processes, every job runs
-once, other keys are not held up, and it composes with @user_lock."""
+than its rate in every 1-second window across two worker processes, in the order they
+were published, every job runs once, other keys are not held up, and it composes with
+@user_lock."""
 
 from __future__ import annotations
 
@@ -67,6 +68,10 @@ def test_one_keys_jobs_start_at_its_rate_and_other_keys_are_not_held_up(
     assert Counter(s["id"] for s in starts) == Counter(m["id"] for m in sent)  # each once
     assert window_violations(starts) == {}
     hot_times = sorted(s["t"] for s in starts if s["key"] == hot)
+    # Its jobs started in the order they were published, across the two processes.
+    hot_order = [s["id"] for s in sorted(starts, key=lambda s: s["t"]) if s["key"] == hot]
+    assert hot_order == [m["id"] for m in sent if m["user_id"] == hot]
+    assert len({s["pid"] for s in starts}) == 2  # both processes ran jobs
     # n jobs at 5/s with a burst of 1 take at least (n - 1) intervals.
     assert hot_times[-1] - hot_times[0] >= (n_hot - 1) / RATE - 0.05
     first = min(s["t"] for s in starts)

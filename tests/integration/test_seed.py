@@ -19,6 +19,7 @@ from config.errors import SchemaOutOfDate
 from config.settings import load_settings
 from scheduler.store.bulk import APPLICATION_NAME, BulkResult
 from scheduler.store.connection import libpq_url
+from scheduler.store.schema import secondary_indexes
 from spark.generate import generate
 from spark.job import SeedReport, run_seed
 from spark.options import parse_options
@@ -76,6 +77,12 @@ def test_100k_generated_rows_seed_postgres_once_however_often_run(
     assert START <= first < START + timedelta(seconds=5)
     assert START + timedelta(hours=2) - timedelta(seconds=5) < last < START + timedelta(hours=2)
     assert seconds > 7000 and scheduled == 100_000  # ~14 per second, never all at once
+    # Loaded into an empty store without its secondary indexes, which were built after:
+    # every one is there again, valid (bulk_indexes.py).
+    indexes = dict(pg_rows(fresh_pg_url, "SELECT c.relname, i.indisvalid FROM pg_index i "
+                           "JOIN pg_class c ON c.oid = i.indexrelid "
+                           "WHERE i.indrelid = 'due_jobs'::regclass"))
+    assert indexes == dict.fromkeys({"due_jobs_pkey", *secondary_indexes()}, True)
 
     again = seed(spark_session, tmp_path, *argv)
     assert (again.read, again.loaded, again.present) == (100_000, 0, 100_000)

@@ -4,8 +4,10 @@ when a service cannot be read, missing queues as one line, no file created by re
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,16 @@ def status(env: dict[str, str], cwd: Path) -> tuple[subprocess.CompletedProcess[
     result = run_recur(["status", "--json"], env, cwd)
     assert "Traceback" not in result.stderr
     return result, json.loads(result.stdout)
+
+
+def run_python(args: list[str], env: dict[str, str], cwd: Path
+               ) -> subprocess.CompletedProcess[str]:
+    """This interpreter with ``args``, as ``run_recur`` runs ``recur`` (project on the path)."""
+    full = {**os.environ, "PYTHONPATH": str(services.ROOT)}
+    full = {k: v for k, v in full.items() if not k.startswith("RECUR_")}
+    full.update({**services.test_environment(), **env})
+    return subprocess.run([sys.executable, *args], env=full, cwd=cwd, capture_output=True,
+                          text=True, timeout=120)
 
 
 def put_dead(broker: Connection, queue: str, count: int) -> None:
@@ -108,3 +120,27 @@ def test_status_shows_the_jobs_a_rate_limit_deferred_per_bucket(
     line = next(s for s in table.stdout.splitlines() if s.startswith("rate limited:"))
     found = re.search(r"short waiting=(\d+) deferred=(\d+)", line)
     assert found is not None and int(found[1]) >= 1 and int(found[2]) >= 1
+
+
+def test_status_runs_without_the_tasks_package_and_reads_the_same(
+        fresh_pg_url: str, tmp_path: Path, live_services: None) -> None:
+    """``recur status`` does not import ``tasks`` (the Celery app: most of its wall time
+    was imports), yet answers as the command on the full ``recur`` group does."""
+    probe = ("import sys\nfrom config.entry import main\ntry:\n    main(sys.argv[1:])\n"
+             "except SystemExit:\n    pass\n"
+             "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] == 'tasks'),"
+             " file=sys.stderr)\n")
+    env = {"RECUR_DATABASE_URL": fresh_pg_url}
+    alone = run_python(["-c", probe, "status", "--json"], env, tmp_path)
+    loaded = next(line for line in alone.stderr.splitlines() if line.startswith("LOADED"))
+    assert loaded == "LOADED []", loaded
+    assert alone.returncode == 0, alone.stderr
+    full = run_python(["-m", "tasks.cli", "status", "--json"], env, tmp_path)
+    mine, theirs = json.loads(alone.stdout), json.loads(full.stdout)
+    for doc in (mine, theirs):
+        doc.pop("store_seconds")
+    assert mine == theirs and full.returncode == 0, full.stderr
+    helps = [run_python(args, env, tmp_path).stdout for args in
+             (["-m", "config.entry", "status", "--help"],
+              ["-m", "tasks.cli", "status", "--help"])]
+    assert "--exact" in helps[0] and helps[0] == helps[1].replace("tasks.cli", "recur")

@@ -22,7 +22,7 @@ from scheduler.store.control import JobControl
 from tasks.cli.worker import celery_executable
 from tasks.process import process_message
 from tests.support import services
-from tests.support.processes import wait_for
+from tests.support.processes import recur_argv, wait_for
 from tests.support.result_tasks import INCLUDE, answer, runs
 from tests.support.scheduler_support import worker_env
 
@@ -103,3 +103,39 @@ def test_plain_celery_code_on_stored_calls(fresh_pg_url: str, use_store: Any, br
     assert r.get(timeout=60) == {"id": recurring, "answer": 6}  # its third, last run
     assert r.state == "SUCCESS" and runs().count(recurring) == 3
     assert ctl.get(recurring) is None
+
+
+def test_a_cancel_from_the_command_line_or_the_page_stores_revoked(
+        fresh_pg_url: str, use_store: Any, broker: Any, celery_app: Any) -> None:
+    """``recur jobs cancel`` (a real process) and the Scheduled page's cancel action are
+    a revoke for the job's AsyncResult: its row is gone and REVOKED is stored."""
+    from tasks.cli.scheduled_actions import Form, perform
+
+    use_store(fresh_pg_url)
+    ctl = JobControl(DueStore.open(fresh_pg_url))
+    by_cli, by_page, kept = (fresh(n) for n in ("jcli", "page", "kept"))
+    calls = {k: answer.apply_async((message(k),), countdown=3600)
+             for k in (by_cli, by_page, kept)}
+    assert {r.state for r in calls.values()} == {"SCHEDULED"}
+
+    done = subprocess.run(recur_argv("jobs", "cancel", by_cli), cwd=services.ROOT,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **services.test_environment(),
+                               **worker_env(fresh_pg_url)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"cancelled job {by_cli} (it was scheduled")
+    line = perform("cancel", Form(key=by_page))
+    assert line.startswith(f"cancelled job {by_page} (it was scheduled")
+
+    for key in (by_cli, by_page):
+        assert ctl.get(key) is None, key
+        assert celery_app.AsyncResult(key).state == calls[key].state == "REVOKED"
+        with pytest.raises(TaskRevokedError):
+            calls[key].get(timeout=5)
+    assert calls[kept].state == "SCHEDULED"  # only the cancelled keys were marked
+    again = subprocess.run(recur_argv("jobs", "cancel", by_cli), cwd=services.ROOT,
+                           capture_output=True, text=True, timeout=60,
+                           env={**os.environ, **services.test_environment(),
+                                **worker_env(fresh_pg_url)})
+    assert again.returncode == 2 and f"no job {by_cli!r}" in again.stderr
+    assert celery_app.AsyncResult(by_cli).state == "REVOKED"

@@ -94,6 +94,41 @@ def test_three_runs_of_a_recurring_job_are_one_linked_chain(
     assert all(s["attributes"]["recur.rows"] > 0 for s in spans if s["name"] == "recur.claim")
 
 
+@pytest.mark.parametrize("celery_mode", ["lean", "full"])
+def test_a_run_that_raises_is_an_error_span_with_its_exception(
+        broker: Any, start_worker: Any, tmp_path: Path, celery_mode: str) -> None:
+    """A task that raises: its run span has status ERROR and the exception recorded (lean
+    mode's failure signal; the instrumentation's for comparison); a run that succeeds in
+    the same worker is no error."""
+    from tests.support import fault_tasks
+
+    spans_dir = tmp_path / "spans"
+    start_worker("short", concurrency=1, env={
+        "RECUR_OTEL": "1", "RECUR_OTEL_CELERY": celery_mode,
+        "RECUR_OTEL_SETUP": "tests.support.otel_sink:install", SPANS_DIR: str(spans_dir)})
+    ident = f"traced-fail-{time.time_ns()}"
+    failed = fault_tasks.always_fail.delay({"id": ident, "user_id": "u", "bucket": "short",
+                                            "payload": None})
+    ok = fault_tasks.count_run.delay({"id": f"{ident}-ok", "user_id": "u", "bucket": "short",
+                                      "payload": None})
+
+    def run_span(name: str, task_id: str) -> dict[str, Any] | None:
+        return next((s for s in read_spans(spans_dir) if s["name"] == f"run/{name}"
+                     and s["attributes"].get("messaging.message.id") == task_id), None)
+
+    wait_for(lambda: run_span("tests.always_fail", failed.id) is not None
+             and run_span("tests.count_run", ok.id) is not None, 60, "both run spans")
+    span = run_span("tests.always_fail", failed.id)
+    assert span is not None and span["status"] == "ERROR"
+    assert f"boom {ident} attempt 1" in (span["status_description"] or "")
+    raised = [e for e in span["events"] if e["name"] == "exception"]
+    assert len(raised) == 1 and raised[0]["attributes"]["exception.type"] == "ValueError"
+    assert raised[0]["attributes"]["exception.message"] == f"boom {ident} attempt 1"
+    assert span["attributes"]["celery.task_name"] == "tests.always_fail"
+    good = run_span("tests.count_run", ok.id)
+    assert good is not None and good["status"] != "ERROR" and good["events"] == []
+
+
 @pytest.mark.parametrize("args", [["worker", "short"], ["scheduler"]])
 def test_tracing_that_cannot_work_refuses_to_start_in_one_line(
         live_services: None, sqlite_url: str, tmp_path: Path, args: list[str]) -> None:

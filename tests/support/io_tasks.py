@@ -59,3 +59,21 @@ async def io_locked(self: MessageTask, message: Any) -> None:
     record("start", self, msg, n=msg["payload"]["n"])
     await asyncio.sleep(msg["payload"]["ms"] / 1000)
     record("end", self, msg, n=msg["payload"]["n"])
+
+
+@app.task(bind=True, base=MessageTask, name="tests.io_cycle")
+async def io_cycle(self: MessageTask, message: Any) -> None:
+    """A stored recurring job: wait ``payload["s"]`` seconds, then reschedule itself
+    ``payload["every"]`` seconds later until ``payload["left"]`` runs are done (the last
+    run finishes the job). Each run records its run number and dispatch token."""
+    from scheduler.wire import dispatch_of
+
+    msg = self.message(message)
+    dispatch = dispatch_of(self.request)
+    pay, token = msg["payload"], None if dispatch is None else dispatch.token
+    record("start", self, msg, left=pay["left"], token=token)
+    await asyncio.sleep(pay["s"])
+    record("end", self, msg, left=pay["left"], token=token)
+    if pay["left"] > 1:
+        self.apply_async(({**msg, "payload": {**pay, "left": pay["left"] - 1}},),
+                         countdown=pay["every"])

@@ -37,6 +37,9 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
                    "span_id": f"{link.context.span_id:016x}",
                    "attributes": dict(link.attributes or {})} for link in span.links],
         "service": span.resource.attributes.get("service.name"), "pid": os.getpid(),
+        "status": span.status.status_code.name, "status_description": span.status.description,
+        "events": [{"name": e.name, "attributes": dict(e.attributes or {})}
+                   for e in span.events],
     }
 
 

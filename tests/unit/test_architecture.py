@@ -19,8 +19,9 @@ PACKAGES = ("config", "routing", "scheduler", "spark", "tasks")
 #: Lower layers never import higher ones: the seed job (spark) writes through the store
 #: and the publisher and never imports tasks; the CLI in tasks starts the seed job.
 LAYER = {"config": 0, "routing": 1, "scheduler": 2, "spark": 3, "tasks": 4}
-#: The one upward import the layout allows: the console entry point loads the CLI.
-ALLOWED_UPWARD = {("config.entry", "tasks.cli")}
+#: The upward imports the layout allows: the console entry point loads the CLI (and
+#: ``recur status``'s command alone, which lives in scheduler/status/).
+ALLOWED_UPWARD = {("config.entry", "tasks.cli"), ("config.entry", "scheduler.status.command")}
 MAX_LINES = 300
 
 SQL = re.compile(

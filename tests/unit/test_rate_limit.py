@@ -62,3 +62,17 @@ def test_the_decorated_task_keeps_its_name_and_carries_its_limit() -> None:
     assert work.__name__ == "work" and work.__doc__ == "Do the work."
     spec = work.__rate_limit__  # type: ignore[attr-defined]
     assert (spec.rate.per_second, spec.rate.burst) == (10.0, 3)
+
+
+@pytest.mark.parametrize("parts", [("EVALSHA", "ab" * 20, 3, "p:rate:{k}", "é", 2.5),
+                                   ("SCRIPT", "LOAD", b"\x00bytes\r\n")])
+def test_the_limiters_own_packing_is_what_redis_py_sends(parts: tuple[Any, ...]) -> None:
+    """tasks/flow/limiter.py packs the delivery's EVALSHA itself (a third of redis-py's
+    CPU): byte for byte the command redis-py would send."""
+    import redis
+
+    from tasks.flow.limiter import pack
+
+    connection: Any = redis.Connection
+    expected = b"".join(connection().pack_command(*parts))
+    assert pack(*parts) == expected

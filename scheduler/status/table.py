@@ -1,5 +1,5 @@
 """``recur status``'s bucket table: per bucket, what the store holds and what the broker
-holds (tasks/cli/status.py reads the services and prints it)."""
+holds (scheduler/status/report.py reads the services, output.py prints it)."""
 
 from __future__ import annotations
 
