@@ -3,7 +3,6 @@ short, medium, long and their .dead queues with their message counts."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,7 +15,8 @@ import pytest
 from kombu import Connection
 
 from tests.support import services
-from tests.support.processes import Child, recur_argv, spawn, wait_for
+from tests.support.flower_process import running_flower
+from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
 
@@ -58,27 +58,8 @@ def broker_rows(dom: str) -> dict[str, int]:
 
 @pytest.fixture
 def flower(live_services: None, tmp_path: Path) -> Iterator[str]:
-    port = services.free_port()
-    env = {**os.environ, **services.test_environment(), "RECUR_FLOWER_USER": USER,
-           "RECUR_FLOWER_PASSWORD": PASSWORD, "RECUR_FLOWER_PORT": str(port)}
-    child: Child = spawn("flower", recur_argv("flower", "--address=127.0.0.1"),
-                         tmp_path / "logs", env, cwd=services.ROOT)
-    base = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool:
-        if child.proc.poll() is not None:
-            raise RuntimeError(f"flower exited:\n{child.log()[-3000:]}")
-        try:
-            httpx.get(f"{base}/healthcheck", timeout=2)
-        except httpx.TransportError:
-            return False
-        return True
-
-    try:
-        wait_for(answering, 60, "Flower to listen")
+    with running_flower(tmp_path / "logs", USER, PASSWORD) as base:
         yield base
-    finally:
-        child.stop()
 
 
 def test_broker_page_lists_every_bucket_queue_and_dead_queue_with_counts(

@@ -5,7 +5,6 @@ what it refuses."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -18,9 +17,9 @@ import pytest
 from scheduler.store import DueStore
 from scheduler.store.control import JobControl
 from tasks.process import process_message
-from tests.support import services
 from tests.support.cdp import Browser
-from tests.support.processes import Child, recur_argv, spawn, wait_for
+from tests.support.flower_process import running_flower
+from tests.support.processes import wait_for
 from tests.support.scheduler_support import RunLog, worker_env
 
 pytestmark = pytest.mark.services
@@ -33,28 +32,9 @@ HOSTILE = "<script>window.__pwned=1</script>\"'&"
 def flower(live_services: None, pg_url: str, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[str]:
     """``recur flower`` on this run's PostgreSQL store; its base URL."""
-    port = services.free_port()
-    env = {**os.environ, **services.test_environment(), "RECUR_FLOWER_USER": USER,
-           "RECUR_FLOWER_PASSWORD": PASSWORD, "RECUR_FLOWER_PORT": str(port),
-           "RECUR_DATABASE_URL": pg_url}
-    child: Child = spawn("flower", recur_argv("flower", "--address=127.0.0.1"),
-                         tmp_path_factory.mktemp("flower"), env, cwd=services.ROOT)
-    base = f"http://127.0.0.1:{port}"
-
-    def answering() -> bool:
-        if child.proc.poll() is not None:
-            raise RuntimeError(f"flower exited:\n{child.log()[-3000:]}")
-        try:
-            httpx.get(f"{base}/healthcheck", timeout=2)
-        except httpx.TransportError:
-            return False
-        return True
-
-    try:
-        wait_for(answering, 60, "Flower to listen")
+    with running_flower(tmp_path_factory.mktemp("flower"), USER, PASSWORD,
+                        RECUR_DATABASE_URL=pg_url) as base:
         yield base
-    finally:
-        child.stop()
 
 
 @pytest.fixture(scope="module")
