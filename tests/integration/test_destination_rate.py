@@ -111,7 +111,9 @@ def test_a_far_slot_books_a_run_and_keeps_the_lease_until_it(
     wait_for(lambda: run_sender(reseq, dest, woken.append) == "idle", 5, "seq 3 sent")
     assert receiver.seqs(dest) == [1, 2, 3]
     times = [r.at for r in receiver.of(dest)]
-    assert min(b - a for a, b in itertools.pairwise(times)) >= 1.5 - 0.05
+    # Stamped by the receiver's handler thread: on a loaded 2-core machine a POST can
+    # reach it some 0.1 s after its slot; a pacer ignoring the slot sends ~0 s apart.
+    assert min(b - a for a, b in itertools.pairwise(times)) >= 1.5 - 0.15
     assert reseq.status(dest).dead_lettered == 0
 
 
