@@ -229,7 +229,8 @@ def test_a_trickled_answer_is_given_up_at_the_send_timeout(
     with pytest.raises(DestinationUnavailable, match=r"no complete answer within 1s"):
         post_once(reseq.cfg.destinations[dest], Delivery(dest, 1, "m1", 0.0, None), reseq.cfg)
     took = time.monotonic() - started
-    assert 0.9 <= took <= 1.5, f"the POST took {took:.2f}s against a 1 s timeout"
+    # Upper bound with room for a loaded machine: the whole answer would take 20-30 s.
+    assert 0.9 <= took <= 3.0, f"the POST took {took:.2f}s against a 1 s timeout"
     wait_for(lambda: bool(receiver.trickled), 5, "the receiver to see the client hang up")
     [trickled] = receiver.trickled
     assert trickled.hung_up is not None and trickled.hung_up - trickled.started <= 2.5
@@ -242,7 +243,7 @@ def test_an_endless_body_is_not_read(reseq: Resequencer, dest: str,
         receiver.set(dest, endless=True, status=status)
         started = time.monotonic()
         assert post_once(url, Delivery(dest, 1, "m1", 0.0, None), reseq.cfg) == status
-        assert time.monotonic() - started < 0.5, "the body was read on"
+        assert time.monotonic() - started < 1.5, "the body was read on"
     wait_for(lambda: len(receiver.endless_sent) == 2, 5, "the client to hang up twice")
     assert max(receiver.endless_sent) < 1 << 30
 
