@@ -50,7 +50,12 @@ class CpuMeter:
 
     def sample(self) -> dict[str, float]:
         worker_pids = [p for root in self.workers for p in tree(root)]
+        pool = [p for p in worker_pids if p not in self.workers]
         out = {"workers": cpu_seconds(worker_pids),
+               # of which the pool processes that run the jobs (the rest: the consumers)
+               "worker_pool": cpu_seconds(pool),
+               # their voluntary context switches (blocking waits: a Redis round trip...)
+               "pool_switches": float(sum(switches(p) for p in pool)),
                "scheduler": cpu_seconds(tree(self.scheduler)),
                "bench": cpu_seconds([os.getpid()])}
         out.update({name: cpu_seconds(named(*comms)) for name, comms in SERVICES.items()})
@@ -64,6 +69,16 @@ class CpuMeter:
         finally:
             after = self.sample()  # a process that exited is not counted (workers run on)
             self.used = {k: round(after[k] - before[k], 2) for k in before}
+
+
+def switches(pid: int) -> int:
+    """Voluntary context switches of ``pid`` so far (0 once it exited)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return sum(int(line.split()[1]) for line in text.splitlines()
+               if line.startswith("voluntary_ctxt_switches"))
 
 
 def window_count(starts: list[dict[str, Any]], rate: float = RATE,

@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from celery import current_app
-
 from config.buckets_in_use import bucket_table
 from config.errors import InvalidMessage
 from routing.messages import validate_message
@@ -29,6 +27,8 @@ def route_task(name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] 
                options: Mapping[str, Any], task: Any = None, **_: Any) -> dict[str, str] | None:
     """Celery router: ``{'queue': <bucket queue>}`` for message tasks, else no opinion."""
     if task is None:  # send_task by name: look the task up, so it is validated too
+        from celery import current_app  # here: `recur status` imports routing, not Celery
+
         task = current_app.tasks.get(name)
     if task is None or not getattr(task, ROUTES_BY_MESSAGE, False):
         return None

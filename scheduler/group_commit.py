@@ -12,7 +12,7 @@ caller commits its one row at once, as before: nobody waits for company.
 Every call returns only once its own row is committed, and raises its own error:
 a batch the store refuses for what a row holds is written again row by row, so one
 bad row fails only its call. An outage (the database or the connection failed,
-store/enqueue.py ``rows_refused``) fails the whole batch at once (row by row would
+store/connection.py ``rows_refused``) fails the whole batch at once (row by row would
 only wait the same outage out once per row); the caller retries as it would any
 failed ``apply_async`` (the write is an idempotent upsert). A batch is written in
 job-key order, so two processes' batches that share keys cannot deadlock. A process
@@ -21,7 +21,8 @@ killed mid-commit loses only calls that had not returned.
 The same leader/follower batching serves a threads-pool worker's per-run statements
 (PostgreSQL, scheduler/store/settle_batch.py): the token check of the runs that start
 together is one read, their token-checked reschedules one statement; each run still
-gets its own answer (``peek_dispatch``, ``reschedule_job``).
+gets its own answer (``peek_dispatch``, ``reschedule_job``). A store is a DueStore or
+a worker's (scheduler/store/worker_store.py): any with the worker's calls.
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ from typing import Any, Generic, TypeVar
 
 from config.errors import StoreUnavailable
 from config.settings import Settings
-from scheduler.store import DueStore, Job
-from scheduler.store.enqueue import rows_refused
+from scheduler.store.connection import rows_refused
+from scheduler.store.records import Job
 from scheduler.store.settle_batch import Peek, Reschedule, batched, peek_many, reschedule_many
+from scheduler.store.worker_store import SettleStore
 
 T = TypeVar("T")
 
@@ -187,13 +189,13 @@ class GroupCommit(Generic[T]):
         self.rows += rows
 
 
-_committers: weakref.WeakKeyDictionary[DueStore, tuple[int, dict[str, GroupCommit[Any]]]] = (
+_committers: weakref.WeakKeyDictionary[SettleStore, tuple[int, dict[str, GroupCommit[Any]]]] = (
     weakref.WeakKeyDictionary())
 _committers_lock = threading.Lock()
 
 
-def _committer(store: DueStore, kind: str,
-               make: Callable[[weakref.ref[DueStore]], GroupCommit[Any]]) -> GroupCommit[Any]:
+def _committer(store: SettleStore, kind: str,
+               make: Callable[[weakref.ref[SettleStore]], GroupCommit[Any]]) -> GroupCommit[Any]:
     """This process's committer of ``kind`` for ``store``, made on first use; a forked
     child makes its own (the parent's could have been mid-commit at the fork)."""
     pid = os.getpid()
@@ -208,13 +210,13 @@ def _committer(store: DueStore, kind: str,
     return found[1][kind]
 
 
-def committer(store: DueStore) -> GroupCommit[Job]:
+def committer(store: SettleStore) -> GroupCommit[Job]:
     """This process's committer of upserts for ``store``."""
     return _committer(store, "schedule",
                       lambda ref: GroupCommit(_writer(ref), rows_refused))
 
 
-def _writer(ref: weakref.ref[DueStore]) -> Callable[[Sequence[Job]], None]:
+def _writer(ref: weakref.ref[SettleStore]) -> Callable[[Sequence[Job]], None]:
     """The batch write of the store ``ref`` names (weakly: a closed store goes away)."""
     def write(jobs: Sequence[Job]) -> None:
         store = ref()
@@ -224,7 +226,7 @@ def _writer(ref: weakref.ref[DueStore]) -> Callable[[Sequence[Job]], None]:
     return write
 
 
-def _batch(ref: weakref.ref[DueStore], run: Callable[[DueStore, Sequence[T]], None]
+def _batch(ref: weakref.ref[SettleStore], run: Callable[[SettleStore, Sequence[T]], None]
            ) -> Callable[[Sequence[T]], None]:
     def write(items: Sequence[T]) -> None:
         store = ref()
@@ -234,7 +236,7 @@ def _batch(ref: weakref.ref[DueStore], run: Callable[[DueStore, Sequence[T]], No
     return write
 
 
-def peek_dispatch(store: DueStore, job_key: str, cfg: Settings
+def peek_dispatch(store: SettleStore, job_key: str, cfg: Settings
                   ) -> tuple[int, datetime | None] | None:
     """``DueStore.live_dispatch(job_key, wait=False)``; on PostgreSQL with
     RECUR_GROUP_COMMIT one read shared with this process's concurrent runs (an outage
@@ -247,7 +249,7 @@ def peek_dispatch(store: DueStore, job_key: str, cfg: Settings
     return peek.live
 
 
-def reschedule_job(store: DueStore, call: Reschedule, cfg: Settings) -> bool:
+def reschedule_job(store: SettleStore, call: Reschedule, cfg: Settings) -> bool:
     """``DueStore.reschedule`` of ``call`` (token-checked; False: a stale copy); on
     PostgreSQL with RECUR_GROUP_COMMIT one statement shared with this process's
     concurrent reschedules (a batch refused for a row is written again row by row)."""
@@ -259,7 +261,7 @@ def reschedule_job(store: DueStore, call: Reschedule, cfg: Settings) -> bool:
                             early_at=call.early_at)
 
 
-def schedule_job(store: DueStore, job: Job, cfg: Settings) -> None:
+def schedule_job(store: SettleStore, job: Job, cfg: Settings) -> None:
     """Upsert ``job`` durably (``DueStore.schedule``): in a commit shared with this
     process's other callers (RECUR_GROUP_COMMIT), or in one of its own."""
     if cfg.group_commit:

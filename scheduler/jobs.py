@@ -22,7 +22,7 @@ Bad input raises :class:`InvalidArgument` (or :class:`UnknownJob`,
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 
@@ -120,11 +120,13 @@ def cancel(ctl: JobControl, job_key: str) -> JobRow:
     return row
 
 
-def cancel_user(ctl: JobControl, user: str) -> Counter[str]:
-    """Delete every job of ``user``; the count per state they were in."""
+def cancel_user(ctl: JobControl, user: str,
+                then: Callable[[list[JobRow]], None] | None = None) -> Counter[str]:
+    """Delete every job of ``user``; the count per state they were in (``then`` gets
+    each batch's rows once deleted: JobControl.cancel_user)."""
     if not user.strip():
         raise InvalidArgument("--user needs a user id")
-    return ctl.cancel_user(user)
+    return ctl.cancel_user(user, then)
 
 
 def reschedule(ctl: JobControl, job_key: str, due_at: datetime,

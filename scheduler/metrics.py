@@ -30,6 +30,10 @@ SETTLES_REAPPLIED = Counter("recur_settles_reapplied",
                             "Settle writes (reschedule, finish, lease) a worker wrote again "
                             "after the database restarted, by whether the crash had lost them.",
                             ["lost"])
+SETTLES_UNGUARDED = Counter("recur_settles_unguarded",
+                            "Settle writes the journal let go without knowing they were "
+                            "flushed, because it held MAX_ENTRIES (a crash that lost one "
+                            "leaves its row to its lease).")
 SET_ASIDE = Counter("recur_scheduler_set_aside",
                     "Rows the scheduler set aside in the store instead of publishing them "
                     "(recur dead list shows them), by bucket and reason: too_large, "

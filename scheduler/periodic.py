@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from celery.schedules import crontab
-
 from config.errors import InvalidSchedule
 from config.settings import Settings
 from routing.messages import validate_message
@@ -43,6 +41,8 @@ def schedule_spec(schedule: Any, min_every: float = 0.1) -> str:
     An interval is finite, at least ``min_every`` (RECUR_MIN_EVERY) and at most
     ten years, as a recurring message's ``every`` is: nan or 0 would fire each pass.
     """
+    from celery.schedules import crontab  # here: `recur status` imports this, not Celery
+
     if isinstance(schedule, timedelta):
         schedule = schedule.total_seconds()
     if isinstance(schedule, int | float) and not isinstance(schedule, bool):
@@ -64,6 +64,8 @@ def next_run(spec: str, after: datetime) -> datetime:
     if kind == EVERY:
         return after + timedelta(seconds=float(rest))
     if kind == CRON:
+        from celery.schedules import crontab
+
         minute, hour, dom, month, dow = rest.split(" ")
         cron = crontab(minute=minute, hour=hour, day_of_month=dom, month_of_year=month,
                        day_of_week=dow, nowfun=lambda: after)

@@ -28,8 +28,7 @@ from config.errors import InvalidMessage, InvalidSchedule
 from config.settings import Settings, settings
 from routing.recurrence import check_call
 from scheduler.calls import store_plan, utcnow
-from scheduler.store import Job, get_store
-from scheduler.store.enqueue import schedule_many
+from scheduler.store import Job
 from tasks.stored_result import keeps_results
 
 log = logging.getLogger(__name__)
@@ -54,6 +53,9 @@ def apply_many(task: Any, calls: Iterable[Any], options: Mapping[str, Any]) -> l
         if name in options:
             raise InvalidSchedule(f"apply_many: {name} names one call: give it per call "
                                   f"(task.s(...).set({name}=...))")
+    from scheduler.store import get_store  # SQLAlchemy's store: loaded on first use
+    from scheduler.store.enqueue import schedule_many
+
     keys: list[str] = []
     jobs = planned(task, calls, options, keys)
     schedule_many(get_store(settings().database_url), jobs, utcnow(),

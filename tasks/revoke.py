@@ -9,8 +9,9 @@ running copy can still be terminated; ids that are not job keys are plain Celery
 revokes). Every revoke through the app goes this way: ``AsyncResult.revoke()``,
 ``app.control.revoke``, ``celery -A tasks control revoke``, Flower's revoke button.
 Every other cancel of a job by its key (``recur jobs cancel``, the Scheduled page's
-cancel button) goes through :func:`cancel_job` too, so ``AsyncResult(key).state``
-is REVOKED whichever way the job was cancelled.
+cancel button) goes through :func:`cancel_job` too, and every cancel of a user's jobs
+(``recur jobs cancel --user``, the page's per-user cancel) through :func:`cancel_user`,
+so ``AsyncResult(key).state`` is REVOKED whichever way the job was cancelled.
 
 A worker keeps revoked ids for hours, while a job key is reused (it is the message
 id by default). So a scheduler-dispatched copy is never discarded for its task id
@@ -22,8 +23,9 @@ again under the key runs.
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery.app.control import Control
 from celery.backends.base import DisabledBackend
@@ -31,12 +33,12 @@ from celery.worker import state as worker_state
 
 from config.errors import StoreError, UnknownJob
 from config.settings import settings
-from scheduler import jobs as api
-from scheduler.store import get_store
-from scheduler.store.control import JobControl, JobRow
 from scheduler.wire import DISPATCH_HEADER
 from tasks.distlock.job import ParkAwareRequest
 from tasks.stored_result import store_exists
+
+if TYPE_CHECKING:  # SQLAlchemy's store: imported by a cancel, not by every worker
+    from scheduler.store.control import JobControl, JobRow
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,9 @@ def cancel_stored(app: Any, task_ids: Any) -> list[JobRow]:
     ids, url = ids_of(task_ids), settings().database_url
     if not ids or not store_exists(url):  # no store (an SQLite file never made): no jobs
         return []
+    from scheduler.store import get_store
+    from scheduler.store.control import JobControl
+
     ctl = JobControl(get_store(url))
     rows = []
     for key in ids:
@@ -93,6 +98,8 @@ def cancel_job(app: Any, ctl: JobControl, job_key: str) -> JobRow:
     """The one cancel of a job by its key: delete its row, then store REVOKED for it (as
     a revoke does), so ``AsyncResult(key)`` says REVOKED after any cancel. The row as it
     was; UnknownJob (nothing changed) when the store has no such job."""
+    from scheduler import jobs as api
+
     row = api.cancel(ctl, job_key)
     log.info("job %s (%s, %s): cancelled, its row deleted from the due-jobs store",
              row.job_key, row.task, row.state)
@@ -100,19 +107,48 @@ def cancel_job(app: Any, ctl: JobControl, job_key: str) -> JobRow:
     return row
 
 
-def mark_revoked(app: Any, row: JobRow) -> None:
+def cancel_user(app: Any, ctl: JobControl, user: str) -> Counter[str]:
+    """The one cancel of every job of ``user``: their rows go a batch per transaction,
+    then REVOKED is stored for each row of the batch (as :func:`cancel_job` does), with
+    no transaction open. The count per state they were in. If the result backend
+    fails, the rest are cancelled without REVOKED (logged once)."""
+    unmarked: list[int] = []  # once the backend failed: the rows left without REVOKED
+
+    def revoked(rows: list[JobRow]) -> None:
+        for n, row in enumerate(rows):
+            if unmarked:
+                unmarked[0] += len(rows) - n
+                return
+            if not mark_revoked(app, row):
+                unmarked.append(1)
+
+    from scheduler import jobs as api
+
+    counts = api.cancel_user(ctl, user, revoked)
+    log.info("user %s: %d job(s) cancelled, their rows deleted from the due-jobs store",
+             user, sum(counts.values()))
+    if unmarked:
+        log.warning("user %s: REVOKED not stored for %d cancelled job(s) (the result "
+                    "backend failed)", user, unmarked[0])
+    return counts
+
+
+def mark_revoked(app: Any, row: JobRow) -> bool:
     """Store REVOKED for a revoked job, as a worker that discards a revoked task does
-    (unless its task keeps nothing). Best effort: the row is already gone."""
+    (unless its task keeps nothing). Best effort: the row is already gone. False when
+    the result backend failed."""
     task = app.tasks.get(row.task)
     backend = task.backend if task is not None else app.backend
     if isinstance(backend, DisabledBackend):
-        return
+        return True
     if task is not None and task.ignore_result and not task.store_errors_even_if_ignored:
-        return
+        return True
     try:
         backend.mark_as_revoked(row.job_key, REASON)
     except Exception as exc:  # the result backend's error: the job is cancelled anyway
         log.warning("job %s: revoked, but REVOKED could not be stored (%s)", row.job_key, exc)
+        return False
+    return True
 
 
 class StoreAwareRequest(ParkAwareRequest):

@@ -30,8 +30,8 @@ from scheduler.calls import ScheduledJob, StorePlan, utcnow
 from scheduler.group_commit import peek_dispatch, reschedule_job, schedule_job
 from scheduler.metrics import STALE_DROPPED
 from scheduler.outages import budget_for, ride_out
-from scheduler.store import DueStore, get_store
 from scheduler.store.settle_batch import Reschedule
+from scheduler.store.worker_store import SettleStore, get_worker_store
 from scheduler.wire import EPOCH, Dispatch, micros, request_header
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class StoreCall(StorePlan):
         (even if the task caught the error), it retries the reschedule or hands the
         message back.
         """
-        store, job = get_store(cfg.database_url), self.job
+        store, job = get_worker_store(cfg.database_url), self.job
         if self.reschedule_of is None:
             schedule_job(store, job, cfg)  # a commit shared with concurrent calls
             return ScheduledJob(job.job_key, job.due_at)
@@ -105,7 +105,7 @@ class StoreCall(StorePlan):
         state.settled = True  # this run decided its row's fate: no finish
         return ScheduledJob(job.job_key, job.due_at, accepted)
 
-    def reschedule(self, store: DueStore, cfg: Settings) -> bool:
+    def reschedule(self, store: SettleStore, cfg: Settings) -> bool:
         """The token-checked reschedule (in a statement shared with the process's
         concurrent runs: scheduler/group_commit.py); False (logged) when this copy is
         stale."""
@@ -159,7 +159,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings,
         return budget_left(request, cfg)
 
     key = dispatch.job_key
-    store = ride_out(f"job {key}: open the store", lambda: get_store(cfg.database_url),
+    store = ride_out(f"job {key}: open the store", lambda: get_worker_store(cfg.database_url),
                      budget())
     live = ride_out(f"job {key}: token check", lambda: peek_dispatch(store, key, cfg),
                     budget())
@@ -197,7 +197,7 @@ RETRY_FAILED_AFTER = 5.0
 LEASE_MARGIN = 15.0
 
 
-def settle(state: RunState, dispatch: Dispatch, store: DueStore, budget: float,
+def settle(state: RunState, dispatch: Dispatch, store: SettleStore, budget: float,
            cfg: Settings) -> None:
     """After a run: write a reschedule it still owes, or finish its one-shot job."""
     pending = state.pending
@@ -217,7 +217,7 @@ def settle(state: RunState, dispatch: Dispatch, store: DueStore, budget: float,
                     "meanwhile", dispatch.job_key, dispatch.token)
 
 
-def retry_soon(dispatch: Dispatch, store: DueStore, budget: float = 0.0) -> None:
+def retry_soon(dispatch: Dispatch, store: SettleStore, budget: float = 0.0) -> None:
     """A run failed (its message goes to the dead-letter queue as rejected): make its
     row due again in a few seconds rather than when the whole lease runs out. The
     row's attempts still count, so a job that keeps failing ends in ``.dead``. A store
@@ -228,7 +228,7 @@ def retry_soon(dispatch: Dispatch, store: DueStore, budget: float = 0.0) -> None
     shorten_lease(dispatch, store, until, "failed run", budget)
 
 
-def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings
+def last_chance(request: Any, dispatch: Dispatch, store: SettleStore, cfg: Settings
                 ) -> Dispatch:
     """On the delivery the queue's limit allows last, shorten the row's lease to the
     bucket's hard time limit: if this delivery dies too, the broker dead-letters the
@@ -258,7 +258,7 @@ def last_chance(request: Any, dispatch: Dispatch, store: DueStore, cfg: Settings
 MOVED_US = 1000
 
 
-def shorten_lease(dispatch: Dispatch, store: DueStore, until: datetime, why: str,
+def shorten_lease(dispatch: Dispatch, store: SettleStore, until: datetime, why: str,
                   budget: float = 0.0) -> bool:
     """End the dispatch's lease at ``until`` if that is sooner than its lease stamp;
     whether it moved (best effort: if the store stays down past ``budget`` seconds

@@ -31,13 +31,11 @@ from typing import Any
 from celery import states
 from celery.backends.base import E_NO_BACKEND, DisabledBackend
 from celery.result import AsyncResult, assert_will_not_block
-from sqlalchemy.engine import make_url
 
 from config.errors import StoreError
 from config.settings import settings
 from scheduler.calls import ScheduledJob
-from scheduler.store import get_store
-from scheduler.store.control import JobControl
+from scheduler.store.connection import is_sqlite
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +74,9 @@ class StoredResult(AsyncResult):  # type: ignore[misc]
         url = settings().database_url
         if self.stored is False or (self.stored is None and not store_exists(url)):
             return None
+        from scheduler.store import get_store  # SQLAlchemy: not in a worker until asked
+        from scheduler.store.control import JobControl
+
         try:
             row = JobControl(get_store(url)).get(self.job_key)
         except StoreError as exc:
@@ -176,9 +177,11 @@ def unreadable(exc: StoreError) -> None:
 def store_exists(url: str) -> bool:
     """False for an SQLite store whose file does not exist (reading it would create an
     empty one): a process with no store answers for ids as plain Celery."""
-    parsed = make_url(url)
-    if not parsed.drivername.startswith("sqlite"):
+    if not is_sqlite(url):
         return True
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
     path = parsed.database or ""
     return path in ("", ":memory:") or os.path.exists(path)
 

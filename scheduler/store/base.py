@@ -18,12 +18,12 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from scheduler.refusals import Refusal
-from scheduler.store.connection import store_errors
+from scheduler.store import hot_sql
+from scheduler.store.connection import connect_raw, load_sqlalchemy, store_errors
 from scheduler.store.journal import SettleJournal
 from scheduler.store.queries import (
     JOURNALED,
     RECORD_SET_ASIDE,
-    SERVER_STARTED,
     SET_ASIDE_ROW,
     TASK_CODES,
     Statement,
@@ -32,6 +32,10 @@ from scheduler.store.queries import (
 )
 from scheduler.store.raw_pool import RawStatements
 from scheduler.store.records import MAX_REASON, Claimed, Execute
+
+load_sqlalchemy()  # its errors are the database's from now on (connection.py)
+#: Statements whose writes the settle journal keeps (either form of each).
+_JOURNALED = (*JOURNALED, *hot_sql.JOURNALED)
 
 
 def task_codes(conn: Connection, names: Iterable[str]) -> dict[str, int]:
@@ -51,7 +55,8 @@ class StoreCore:
         self.engine = engine
         self.url = engine.url.render_as_string(hide_password=True)
         self.dialect = engine.dialect.name
-        self._raw = RawStatements(engine, self.url) if self.dialect == "postgresql" else None
+        self._raw = RawStatements(lambda: connect_raw(engine), self.url, engine.dialect
+                                  ) if self.dialect == "postgresql" else None
         self._journal = None if self._raw is None else SettleJournal(
             self._raw.execute, self._server_started)
         # Task name <-> code; a code never changes once given, so caching is safe.
@@ -78,7 +83,7 @@ class StoreCore:
         times, and this process's broken connections (a restart, a crash recovery or a
         broken connection changes it)."""
         assert self._raw is not None
-        row, _ = self._raw.execute("read the server's start time", SERVER_STARTED, {})
+        row, _ = self._raw.execute("read the server's start time", hot_sql.SERVER_STARTED, {})
         return (*row, self._raw.broken)
 
     @contextmanager
@@ -87,7 +92,7 @@ class StoreCore:
         with store_errors(self.url, what), self.engine.begin() as conn:
             yield conn
 
-    def _settle(self, what: str, stmt: Statement, params: dict[str, Any]
+    def _settle(self, what: str, stmt: Statement | hot_sql.HotSql, params: dict[str, Any]
                 ) -> tuple[Any, int]:
         """Run one of a worker's per-job statements: (first row or None, rowcount).
 
@@ -102,10 +107,11 @@ class StoreCore:
         dispatches stay fully durable.
         """
         if self._raw is None:
+            assert not isinstance(stmt, hot_sql.HotSql), "hot_sql is PostgreSQL's"
             with self.transaction(what) as conn:
                 result = conn.execute(stmt, params)
                 return (result.first() if result.returns_rows else None), result.rowcount
-        if not any(stmt is journaled for journaled in JOURNALED):
+        if not any(stmt is journaled for journaled in _JOURNALED):
             return self._raw.execute(what, stmt, params)
         assert self._journal is not None
         self._journal.before_write()

@@ -8,24 +8,29 @@ PostgreSQL is opened through SQLAlchemy, or as a plain psycopg connection for
 the hot paths (``RawStatements``, the seed's COPY, the fill locks). A
 SQLAlchemy, psycopg or sqlite3 error is turned into :class:`StoreUnavailable`
 (the database cannot be reached) or :class:`StoreError` by :func:`translated`.
+
+SQLAlchemy is imported only when an engine is made: a worker on PostgreSQL settles its
+rows on psycopg alone (scheduler/store/worker_store.py) and never loads it (~12 MB per
+process). Its errors are recognised once it is loaded (no SQLAlchemy error can be
+raised before).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
-from sqlalchemy.pool import NullPool
 
 from config.errors import StoreError, StoreUnavailable, register_driver
 from scheduler.store.text_queries import SQLITE_BEGIN, SQLITE_BUSY_MS, SQLITE_SESSION
 
-register_driver(SQLAlchemyError, "due-jobs database")
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
 register_driver(psycopg.Error, "due-jobs database")
 
 #: A direct COPY that meets one of these goes over to the merge (scheduler/store/bulk.py).
@@ -34,12 +39,29 @@ KEY_TAKEN = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
 DEADLOCK = psycopg.errors.DeadlockDetected
 #: A statement waited ``lock_timeout`` for a lock (scheduler/store/fill_lock.py).
 LOCK_TIMED_OUT = psycopg.errors.LockNotAvailable
-#: The driver errors :func:`translated` turns into ours.
-DRIVER_ERRORS = (SQLAlchemyError, psycopg.Error)
+#: SQLSTATE classes of a failed connection or server, not of a statement: 08 connection
+#: exception, 53 insufficient resources, 57 operator intervention, 58 system error.
+OUTAGE_CLASSES = ("08", "53", "57", "58")
 
 
 def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
+
+
+def load_sqlalchemy() -> None:
+    """Import SQLAlchemy now, its errors registered as the database's."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    register_driver(SQLAlchemyError, "due-jobs database")
+
+
+def is_driver_error(exc: BaseException) -> bool:
+    """A psycopg error, or SQLAlchemy's (only once SQLAlchemy is loaded: before, none
+    can be raised)."""
+    if isinstance(exc, psycopg.Error):
+        return True
+    loaded = sys.modules.get("sqlalchemy.exc")
+    return loaded is not None and isinstance(exc, loaded.SQLAlchemyError)
 
 
 def make_engine(url: str, session_sql: str | None = None) -> Engine:
@@ -47,6 +69,9 @@ def make_engine(url: str, session_sql: str | None = None) -> Engine:
 
     ``session_sql`` (PostgreSQL) runs once on every new connection.
     """
+    load_sqlalchemy()
+    from sqlalchemy import create_engine, event
+
     if not is_sqlite(url):
         # No pre-ping (a round trip per checkout): a connection that broke fails
         # one operation (StoreUnavailable, retried by the caller) and SQLAlchemy
@@ -79,14 +104,29 @@ def make_engine(url: str, session_sql: str | None = None) -> Engine:
 def probe_engine(url: str, timeout: int) -> Engine:
     """An engine that gives up after ``timeout`` seconds and keeps no connection (for a
     check that must never hang nor create anything)."""
+    load_sqlalchemy()
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
     if is_sqlite(url):
         return create_engine(url, poolclass=NullPool)
     return create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": timeout})
 
 
 def libpq_url(url: str) -> str:
-    """The libpq URL of a SQLAlchemy ``postgresql+psycopg://`` URL (options kept)."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    """The libpq URL of a SQLAlchemy ``postgresql+psycopg://`` URL (options kept): the
+    same URL with the driver dropped from its scheme."""
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme.split('+', 1)[0]}{sep}{rest}"
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages show it: its password as ``***`` (as SQLAlchemy renders it)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user, _, host = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
 
 
 def connect_raw(engine: Engine) -> psycopg.Connection[Any]:
@@ -106,9 +146,26 @@ def connect_url(url: str, application_name: str) -> psycopg.Connection[Any]:
 def is_outage(exc: BaseException) -> bool:
     """The database cannot be reached (or the connection broke), as opposed to a
     statement that failed on a working connection."""
-    if isinstance(exc, OperationalError | psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError):
         return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+    loaded = sys.modules.get("sqlalchemy.exc")
+    if loaded is None:
+        return False
+    return isinstance(exc, loaded.OperationalError) or (
+        isinstance(exc, loaded.DBAPIError) and exc.connection_invalidated)
+
+
+def rows_refused(exc: BaseException) -> bool:
+    """Whether a failed write was refused for what its rows hold (a key too long for its
+    index, a constraint, a deadlock), not because the database or the connection failed:
+    a batch refused so is worth writing again row by row. A row PostgreSQL refuses as
+    a "program limit" is translated as an outage (StoreUnavailable, its class is
+    psycopg's OperationalError): its SQLSTATE tells it apart."""
+    if not isinstance(exc, StoreUnavailable):
+        return True
+    cause = getattr(exc.__cause__, "orig", exc.__cause__)
+    state = str(getattr(cause, "sqlstate", None) or "")
+    return isinstance(cause, psycopg.Error) and bool(state) and state[:2] not in OUTAGE_CLASSES
 
 
 def translate(exc: BaseException, down: str, failed: str | None = None) -> StoreError:
@@ -126,7 +183,9 @@ def translated(down: str, failed: str | None = None, *,
     ``on_outage`` runs first when it is StoreUnavailable (drop the broken connection)."""
     try:
         yield
-    except DRIVER_ERRORS as exc:
+    except Exception as exc:
+        if not is_driver_error(exc):
+            raise
         error = translate(exc, down, failed)
         if on_outage is not None and isinstance(error, StoreUnavailable):
             on_outage()

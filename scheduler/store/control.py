@@ -21,7 +21,7 @@ from __future__ import annotations
 import base64
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -227,15 +227,25 @@ class JobControl:
             row = conn.execute(stmt).first()
         return None if row is None else self._row(row, names)
 
-    def cancel_user(self, user: str) -> Counter[str]:
-        """Delete every row of ``user``'s messages, a batch per transaction; count per state."""
+    def cancel_user(self, user: str,
+                    then: Callable[[list[JobRow]], None] | None = None) -> Counter[str]:
+        """Delete every row of ``user``'s messages, a batch per transaction; count per
+        state. ``then`` gets each batch's rows as they were once its transaction is over
+        (so slow work on them, such as storing REVOKED, holds no transaction open, and
+        memory stays one batch)."""
         counts: Counter[str] = Counter()
         stmt = q.cancel_user(self.user_of, user, CANCEL_BATCH)
+        names = self._names()
         while True:
             with self.store.transaction("cancel a user's jobs") as conn:
-                states = list(conn.execute(stmt).scalars())
-            counts.update(STATE_NAMES.get(s, str(s)) for s in states)
-            if len(states) < CANCEL_BATCH:
+                found = list(conn.execute(stmt))
+            if any(r.task_id not in names for r in found):  # a task first named since
+                names = self._names()
+            rows = [self._row(r, names) for r in found]
+            counts.update(row.state for row in rows)
+            if then is not None and rows:
+                then(rows)
+            if len(found) < CANCEL_BATCH:
                 return counts
 
     def move(self, job_key: str, due_at: datetime, now: datetime) -> JobRow | None:

@@ -24,7 +24,7 @@ import psycopg
 from psycopg.copy import QueuedLibpqWriter
 from sqlalchemy import Column, Dialect, MetaData, SmallInteger, Table, Text, select
 
-from config.errors import StoreError, StoreUnavailable
+from config.errors import StoreError
 from scheduler.store.bulk import copy_field
 from scheduler.store.connection import DEADLOCK, KEY_TAKEN, store_errors
 from scheduler.store.core import DueStore
@@ -76,24 +76,6 @@ ATTEMPTS = 3
 #: are checked (a large one waits for the socket).
 CHUNK = 500
 _NO_FLOOR_TEXT = NO_FLOOR.isoformat()
-
-
-#: SQLSTATE classes of a failed connection or server, not of a statement: 08 connection
-#: exception, 53 insufficient resources, 57 operator intervention, 58 system error.
-OUTAGE_CLASSES = ("08", "53", "57", "58")
-
-
-def rows_refused(exc: BaseException) -> bool:
-    """Whether a failed write was refused for what its rows hold (a key too long for its
-    index, a constraint, a deadlock), not because the database or the connection failed:
-    a batch refused so is worth writing again row by row. A row PostgreSQL refuses as
-    a "program limit" is translated as an outage (StoreUnavailable, its class is
-    psycopg's OperationalError): its SQLSTATE tells it apart."""
-    if not isinstance(exc, StoreUnavailable):
-        return True
-    cause = getattr(exc.__cause__, "orig", exc.__cause__)
-    state = str(getattr(cause, "sqlstate", None) or "")
-    return isinstance(cause, psycopg.Error) and bool(state) and state[:2] not in OUTAGE_CLASSES
 
 
 def last_calls(jobs: Sequence[Job]) -> list[Job]:

@@ -39,10 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import Counter
-
 from config.errors import StoreUnavailable
-from scheduler.metrics import SETTLES_REAPPLIED
 
 log = logging.getLogger("recur.store")
 
@@ -58,10 +55,13 @@ MAX_ENTRIES = 50_000
 #: Runs one statement: (what, statement, parameters) → (first row, rowcount).
 Execute = Callable[[str, Any, dict[str, Any]], tuple[Any, int]]
 
-UNGUARDED = Counter("recur_settles_unguarded",
-                    "Settle writes the journal let go without knowing they were flushed, "
-                    "because it held MAX_ENTRIES (a crash that lost one leaves its row to "
-                    "its lease).")
+
+def counters() -> Any:
+    """scheduler.metrics (its counters), imported when a count is due: reading the store
+    (``recur status``) needs no prometheus_client; a worker has it loaded already."""
+    from scheduler import metrics
+
+    return metrics
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ class SettleJournal:
 
     def _let_go_unchecked(self) -> None:
         """The journal is full: the oldest write goes unchecked (once logged per episode)."""
-        UNGUARDED.inc()
+        counters().SETTLES_UNGUARDED.inc()
         if not self._full:
             self._full = True
             log.warning("settle journal: %d settle writes kept and the server's identity not "
@@ -175,8 +175,9 @@ class SettleJournal:
             lost += count
         self._forget(lambda e: e.at <= kept[-1].at)
         self._server, self._full = server, False
-        SETTLES_REAPPLIED.labels("yes").inc(lost)
-        SETTLES_REAPPLIED.labels("no").inc(len(kept) - lost - failed)
+        reapplied = counters().SETTLES_REAPPLIED
+        reapplied.labels("yes").inc(lost)
+        reapplied.labels("no").inc(len(kept) - lost - failed)
         log.warning("the database restarted, recovered from a crash or a connection to it "
                     "broke: wrote this process's last %d settle writes again; %d had been "
                     "lost (their jobs would have waited for the lease)", len(kept), lost)

@@ -66,10 +66,10 @@ def cancel_job(job_key: str) -> Executable:
 
 
 def cancel_user(user_of: ColumnElement[str], user: str, batch: int) -> Executable:
-    """cancel_user: a batch of the user's rows (ix_due_jobs_user)."""
+    """cancel_user: a batch of the user's rows (ix_due_jobs_user), as they were."""
     rows = select(due_jobs.c.job_key).where(user_of == user).limit(batch)
     return (delete(due_jobs).where(due_jobs.c.job_key.in_(rows.scalar_subquery()))
-            .returning(due_jobs.c.state))
+            .returning(*COLUMNS))
 
 
 def move_job(job_key: str, due_at: datetime, now: datetime) -> Update:

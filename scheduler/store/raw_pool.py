@@ -2,7 +2,9 @@
 
 SQLAlchemy's per-execution work was most of a worker's cost per job and a third
 of the drain's, so the worker's per-job statements and the scheduler's dispatch
-run here instead; everything else goes through the engine.
+run here instead; everything else goes through the engine. A worker's statements
+come as text (hot_sql.py) and need no SQLAlchemy at all; any other statement is
+compiled on first use by the dialect it was given (SQLAlchemy's, loaded then).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine
 
 from config.errors import StoreUnavailable
-from scheduler.store.connection import connect_raw, translated
-from scheduler.store.queries import Statement
+from scheduler.store.connection import translated
+from scheduler.store.hot_sql import HotSql
 from scheduler.store.text_queries import DURABLE_TRANSACTION, SETTLE_SESSION
 
+#: A statement: hot_sql's text, or a SQLAlchemy one (queries.Statement), compiled once.
+Statement = HotSql | Any
 #: Runs one statement in a transaction: (statement, parameters) → rows.
 Run = Callable[[Statement, dict[str, Any]], list[tuple[Any, ...]]]
 
@@ -40,10 +43,11 @@ class RawStatements:
     #: Seconds a thread waits for a free connection before the store counts as down.
     CHECKOUT_TIMEOUT = 30.0
 
-    def __init__(self, engine: Engine, url: str) -> None:
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], url: str,
+                 dialect: Any = None) -> None:
         self.url = url
-        self._engine = engine
-        self._dialect = engine.dialect
+        self._connect = connect
+        self._dialect = dialect
         self._compiled: dict[int, tuple[str, dict[str, Any]]] = {}
         self._free: queue.LifoQueue[psycopg.Connection[Any]] = queue.LifoQueue()
         self._all: list[psycopg.Connection[Any]] = []
@@ -54,13 +58,19 @@ class RawStatements:
         weakref.finalize(self, _close_all, self._all)
 
     def _sql(self, stmt: Statement) -> tuple[str, dict[str, Any]]:
+        if isinstance(stmt, HotSql):
+            return stmt.sql, stmt.defaults
         if id(stmt) not in self._compiled:
+            if self._dialect is None:  # a SQLAlchemy statement on a worker's store
+                from sqlalchemy.dialects.postgresql.psycopg import dialect
+
+                self._dialect = dialect()  # type: ignore[no-untyped-call]
             compiled = stmt.compile(dialect=self._dialect)
             self._compiled[id(stmt)] = (str(compiled), dict(compiled.params))
         return self._compiled[id(stmt)]
 
     def _open(self) -> psycopg.Connection[Any]:
-        conn = connect_raw(self._engine)
+        conn = self._connect()
         conn.execute(SETTLE_SESSION)
         return conn
 
@@ -121,6 +131,14 @@ class RawStatements:
         with self._connection(what) as conn:
             cur = conn.execute(sql, {**defaults, **params})
             return (cur.fetchone() if cur.description else None), cur.rowcount
+
+    def execute_many(self, what: str, stmt: Statement, rows: list[dict[str, Any]]) -> None:
+        """``stmt`` for each of ``rows`` in one durable transaction (psycopg pipelines
+        them: one round trip)."""
+        sql, defaults = self._sql(stmt)
+        with self._connection(what) as conn, conn.transaction():
+            conn.execute(DURABLE_TRANSACTION)
+            conn.cursor().executemany(sql, [{**defaults, **row} for row in rows])
 
     @contextmanager
     def transaction(self, what: str) -> Iterator[Run]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
-
-from sqlalchemy import Engine, column, inspect, select, table
+from typing import TYPE_CHECKING, Any
 
 from config.errors import SchemaOutOfDate
-from scheduler.store.bulk_indexes import missing_indexes
 from scheduler.store.connection import translated
+
+if TYPE_CHECKING:  # SQLAlchemy only where an engine is used: a worker reads head_revision
+    from sqlalchemy import Engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 #: Our own version table, so another alembic user of the same database cannot collide.
@@ -46,6 +46,8 @@ def head_revision() -> str:
 
 def current_revision(engine: Engine) -> str | None:
     """The revision the database is at (None before the first upgrade)."""
+    from sqlalchemy import column, inspect, select, table
+
     with translated(f"due-jobs database {engine.url!r}"), engine.connect() as conn:
         if not inspect(conn).has_table(VERSION_TABLE):
             return None
@@ -79,6 +81,8 @@ def check_schema(engine: Engine) -> None:
         raise SchemaOutOfDate(f"due-jobs schema of {engine.url!r} is at revision "
                               f"{have or 'none'}, this code needs {want}: run `recur db upgrade`")
     if engine.dialect.name == "postgresql":
+        from scheduler.store.bulk_indexes import missing_indexes
+
         with translated(f"due-jobs database {engine.url!r}"), engine.connect() as conn:
             unbuilt = missing_indexes(conn)
         if unbuilt:  # a seed that was stopped before it built them (bulk_indexes.py)

@@ -16,28 +16,32 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import TextClause, text
+from scheduler.store.hot_sql import (
+    DISPATCHED,
+    NO_FLOOR,
+    PEEK_DISPATCH,
+    PEEK_MANY,
+    RESCHEDULE,
+    RESCHEDULE_MANY,
+    HotSql,
+)
 
-from scheduler.store.base import StoreCore
-from scheduler.store.queries import PEEK_DISPATCH, RESCHEDULE
-from scheduler.store.schema import DISPATCHED, NO_FLOOR, SCHEDULED
+if TYPE_CHECKING:
+    from scheduler.store.journal import SettleJournal
+    from scheduler.store.raw_pool import RawStatements
 
-#: The rows of ``keys`` that exist, as four arrays (one result row: one fetch).
-PEEK_MANY = text(
-    "SELECT array_agg(job_key), array_agg(token), array_agg(due_at), array_agg(state) "
-    "FROM due_jobs WHERE job_key = ANY(CAST(:keys AS text[]))")
-#: RESCHEDULE for many rows (each its own token check); the keys it moved, in an array.
-RESCHEDULE_MANY = text(
-    "WITH v AS (SELECT * FROM unnest(CAST(:keys AS text[]), CAST(:tokens AS integer[]), "
-    "CAST(:dues AS timestamptz[]), CAST(:earlies AS timestamptz[]), CAST(:args AS text[])) "
-    "AS v(job_key, token, due_at, early_at, args)), "
-    "u AS (UPDATE due_jobs d SET state = :scheduled, due_at = v.due_at, attempts = 0, "
-    "early_at = v.early_at, runs = d.runs + 1, updated_at = :now, "
-    "args = coalesce(v.args, d.args) FROM v WHERE d.job_key = v.job_key "
-    "AND d.token = v.token AND d.state = :dispatched RETURNING d.job_key) "
-    "SELECT array_agg(job_key) FROM u")
+
+class RawStore(Protocol):
+    """What these statements need of a store: DueStore (base.py) or the worker's
+    (worker_store.py)."""
+
+    _raw: RawStatements | None
+    _journal: SettleJournal | None
+
+    def _settle(self, what: str, stmt: HotSql, params: dict[str, Any]) -> tuple[Any, int]:
+        ...
 
 
 @dataclass(eq=False)
@@ -66,28 +70,28 @@ class Reschedule:
                 "now": self.now, "new_args": self.args, "early": self.early_at or NO_FLOOR}
 
 
-def batched(store: StoreCore) -> bool:
+def batched(store: RawStore) -> bool:
     """Whether ``store`` runs these statements (PostgreSQL's raw path)."""
     return store._raw is not None
 
 
-def peek_many(store: StoreCore, peeks: Sequence[Peek]) -> None:
+def peek_many(store: RawStore, peeks: Sequence[Peek]) -> None:
     """Read every peek's row in one statement (a plain read: no row lock)."""
     assert store._raw is not None
     if len(peeks) == 1:  # alone: the single-row read is the cheaper statement
-        peeks[0].live = _live(store._settle("read a job's token", PEEK_DISPATCH,
+        peeks[0].live = live_of(store._settle("read a job's token", PEEK_DISPATCH,
                                             {"key": peeks[0].job_key})[0])
         return
-    row, _ = store._raw.execute("read jobs' tokens", _as_statement(PEEK_MANY),
+    row, _ = store._raw.execute("read jobs' tokens", PEEK_MANY,
                                 {"keys": [p.job_key for p in peeks]})
     keys, tokens, leases, states = row if row and row[0] is not None else ([], [], [], [])
     found = {key: (token, lease, state)
              for key, token, lease, state in zip(keys, tokens, leases, states, strict=True)}
     for peek in peeks:
-        peek.live = _live(found.get(peek.job_key))
+        peek.live = live_of(found.get(peek.job_key))
 
 
-def _live(row: Any) -> tuple[int, datetime | None] | None:
+def live_of(row: Any) -> tuple[int, datetime | None] | None:
     """(token, lease end) of a (token, lease, state) row that is dispatched, else None."""
     if row is None or row[2] != DISPATCHED:
         return None
@@ -97,7 +101,7 @@ def _live(row: Any) -> tuple[int, datetime | None] | None:
     return int(row[0]), lease
 
 
-def reschedule_many(store: StoreCore, calls: Sequence[Reschedule]) -> None:
+def reschedule_many(store: RawStore, calls: Sequence[Reschedule]) -> None:
     """Write every reschedule in one statement, in job-key order; a key given twice is
     written again alone (the second finds the row moved on, as it would alone)."""
     first: dict[str, Reschedule] = {}
@@ -117,22 +121,17 @@ def reschedule_many(store: StoreCore, calls: Sequence[Reschedule]) -> None:
         call.accepted = count == 1
 
 
-def _reschedule_together(store: StoreCore, rows: Sequence[Reschedule]) -> None:
+def _reschedule_together(store: RawStore, rows: Sequence[Reschedule]) -> None:
     """One statement for ``rows`` (distinct keys); each accepted one journaled alone."""
     assert store._raw is not None and store._journal is not None
     store._journal.before_write()
-    row, _ = store._raw.execute("reschedule jobs", _as_statement(RESCHEDULE_MANY), {
+    row, _ = store._raw.execute("reschedule jobs", RESCHEDULE_MANY, {
         "keys": [c.job_key for c in rows], "tokens": [c.token for c in rows],
         "dues": [c.due_at for c in rows], "earlies": [c.early_at or NO_FLOOR for c in rows],
-        "args": [c.args for c in rows], "now": max(c.now for c in rows),
-        "scheduled": SCHEDULED, "dispatched": DISPATCHED})
+        "args": [c.args for c in rows], "now": max(c.now for c in rows)})
     moved = set(row[0] or ()) if row else set()
     for call in rows:
         call.accepted = call.job_key in moved
         if call.accepted:
             store._journal.record("reschedule a job", RESCHEDULE, call.params())
 
-
-def _as_statement(clause: TextClause) -> Any:
-    """The raw path compiles any clause once by identity; text is one too."""
-    return clause

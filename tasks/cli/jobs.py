@@ -31,7 +31,7 @@ def jobs_api() -> ModuleType:
 
 
 def revoke() -> ModuleType:
-    """tasks.revoke: the one cancel by key (deletes the row, stores REVOKED)."""
+    """tasks.revoke: the one cancel by key or user (deletes the rows, stores REVOKED)."""
     from tasks import revoke as cancelling
 
     return cancelling
@@ -145,7 +145,7 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
         raise InvalidArgument("give a job KEY or --user USER (one of them)")
     with api.control(settings().database_url) as ctl:
         if user is not None:
-            counts = api.cancel_user(ctl, user)
+            counts = revoke().cancel_user(celery_app(), ctl, user)  # REVOKED for each
             click.echo(f"cancelled {sum(counts.values())} job(s) of user {user}: "
                        f"{counts['scheduled']} scheduled, {counts['dispatched']} dispatched")
             if counts["dispatched"]:

@@ -4,8 +4,9 @@ pause and resume per bucket.
 Each is one call of :mod:`scheduler.jobs`, the API behind ``recur jobs`` and
 ``recur bucket``, so the page and the command line change the store the same way
 (and refuse the same bad input, by raising before anything is changed); a job's
-cancel is ``tasks.revoke.cancel_job``, as ``recur jobs cancel`` and a revoke, so
-the job's AsyncResult says REVOKED. Each returns the one line the page shows.
+cancel is ``tasks.revoke.cancel_job`` and a user's ``tasks.revoke.cancel_user``, as
+``recur jobs cancel [--user]`` and a revoke, so each job's AsyncResult says REVOKED.
+Each returns the one line the page shows.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from scheduler.store.control import JobControl
 from tasks.app import app
 from tasks.cli.scheduled_view import control, stamp
 from tasks.revoke import cancel_job
+from tasks.revoke import cancel_user as cancel_users_jobs  # not this module's action
 
 IN_FLIGHT = ("a copy in flight may finish its current run; its reschedule will be dropped, "
              "so the job does not run again")
@@ -81,7 +83,7 @@ def run_now(ctl: JobControl, form: Form, now: datetime) -> str:
 
 
 def cancel_user(ctl: JobControl, form: Form, now: datetime) -> str:
-    counts = api.cancel_user(ctl, form.user())
+    counts = cancel_users_jobs(app, ctl, form.user())  # REVOKED stored for each
     line = (f"cancelled {sum(counts.values())} job(s) of user {form.target_user}: "
             f"{counts['scheduled']} scheduled, {counts['dispatched']} dispatched")
     return f"{line}; dispatched ones: {IN_FLIGHT}" if counts["dispatched"] else line

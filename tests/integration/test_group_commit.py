@@ -17,8 +17,9 @@ import pytest
 
 from config.errors import StoreError
 from scheduler.group_commit import committer
-from scheduler.store import DueStore, Job, get_store
+from scheduler.store import DueStore, Job
 from scheduler.store.connection import libpq_url
+from scheduler.store.worker_store import get_worker_store
 from tasks.process import process_message
 from tests.support.processes import wait_for
 
@@ -95,7 +96,7 @@ def test_concurrent_calls_each_return_once_their_row_is_visible(
         keys = keys_in(conn)
     assert sorted(keys) == sorted(["warm-up", *(f"t{n}-{i}" for n in range(THREADS)
                                                 for i in range(CALLS))])
-    shared = committer(get_store(store_url))
+    shared = committer(get_worker_store(store_url))
     assert shared.rows == THREADS * CALLS + 1
     assert shared.commits < shared.rows  # some calls did share a commit
 
@@ -129,7 +130,7 @@ def hostile_job(url: str) -> Job:
 def test_a_row_the_store_refuses_fails_only_its_own_call(
         store_url: str, store_in_use: DueStore) -> None:
     warm_up()
-    shared = committer(get_store(store_url))
+    shared = committer(get_worker_store(store_url))
     answers: dict[str, BaseException | None] = {}
 
     def call(key: str) -> None:
@@ -164,7 +165,7 @@ def test_a_row_the_store_refuses_fails_only_its_own_call(
 
 
 def test_a_lone_caller_commits_at_once(store_url: str, store_in_use: DueStore) -> None:
-    shared = committer(get_store(store_url))
+    shared = committer(get_worker_store(store_url))
     for i in range(5):
         process_message.apply_async((message(f"alone-{i}"),), countdown=3600)
         assert not shared.committing and shared.waiting == 0
@@ -179,6 +180,6 @@ def test_group_commit_off_writes_each_call_alone(
     warm_up()
     assert run_threads(4, lambda n: process_message.apply_async(
         (message(f"off-{n}"),), countdown=3600)) == []
-    assert committer(get_store(store_url)).commits == 0
+    assert committer(get_worker_store(store_url)).commits == 0
     with other_connection(store_url) as conn:
         assert sorted(keys_in(conn)) == [*(f"off-{n}" for n in range(4)), "warm-up"]

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -207,13 +208,22 @@ def test_cancel_a_scheduled_and_a_dispatched_job(store: DueStore, ctl: JobContro
         api.cancel(ctl, "sched")
 
 
-def test_cancel_every_job_of_a_user(store: DueStore, ctl: JobControl) -> None:
-    mine = [job(f"mine-{i}", NOW + timedelta(minutes=i), user="victim") for i in range(2500)]
-    store.schedule([*mine, job("theirs", NOW, user="someone-else")], NOW)
+def test_cancel_every_job_of_a_user(store: DueStore, ctl: JobControl, celery_app: Any) -> None:
+    """Batch by batch (more than one), each job's REVOKED stored as a cancel by key does."""
+    from tasks.revoke import cancel_user
+    from tests.support.result_tasks import answer
+
+    run = uuid.uuid4().hex[:8]
+    mine = [Job(f"mine-{run}-{i}", answer.name, "short", json.dumps(["victim", None]),
+                NOW + timedelta(minutes=i)) for i in range(2500)]
+    store.schedule([*mine, job(f"theirs-{run}", NOW, user="someone-else")], NOW)
     claim(store, "short", NOW + timedelta(minutes=1), early=False)  # two of mine dispatched
-    counts = api.cancel_user(ctl, "victim")
+    counts = cancel_user(celery_app, ctl, "victim")
     assert counts == {"scheduled": 2498, "dispatched": 2}
-    assert page_all(ctl, JobFilter(), 1000) == ["theirs"]
+    assert page_all(ctl, JobFilter(), 1000) == [f"theirs-{run}"]
+    assert {celery_app.AsyncResult(j.job_key).state for j in mine} == {"REVOKED"}
+    assert celery_app.AsyncResult(f"theirs-{run}").state == "PENDING"
+    assert api.cancel_user(ctl, "victim") == {}
 
 
 def test_reschedule_moves_a_scheduled_job_only(store: DueStore, ctl: JobControl) -> None:

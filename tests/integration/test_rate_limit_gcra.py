@@ -218,3 +218,19 @@ def test_a_first_job_that_never_comes_holds_its_line_only_for_the_grace(
     assert not held.allowed  # "lost" (placed first, never delivered) is ahead of it
     time.sleep(0.2)
     assert take(redis_client, prefix, "k", "next", "short", rate, line_grace=0.15).allowed
+
+
+def test_a_script_redis_does_not_know_is_loaded_and_the_call_answered(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """The limiter sends its own packed EVALSHA: NOSCRIPT (Redis restarted and lost its
+    scripts) must load the script and retry, answering the call."""
+    from routing.redis_client import GCRA
+
+    real = GCRA.sha
+    GCRA.sha = "0" * 40  # a sha Redis has no script for
+    try:
+        assert ask(redis_client, prefix, "j0").allowed
+        assert GCRA.sha == real
+        assert not ask(redis_client, prefix, "j1").allowed
+    finally:
+        GCRA.sha = real

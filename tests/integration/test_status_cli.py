@@ -125,11 +125,13 @@ def test_status_shows_the_jobs_a_rate_limit_deferred_per_bucket(
 def test_status_runs_without_the_tasks_package_and_reads_the_same(
         fresh_pg_url: str, tmp_path: Path, live_services: None) -> None:
     """``recur status`` does not import ``tasks`` (the Celery app: most of its wall time
-    was imports), yet answers as the command on the full ``recur`` group does."""
+    was imports), nor Celery, prometheus_client, OpenTelemetry or PyYAML, yet answers as
+    the command on the full ``recur`` group does."""
+    unused = "{'tasks', 'celery', 'prometheus_client', 'opentelemetry', 'yaml'}"
     probe = ("import sys\nfrom config.entry import main\ntry:\n    main(sys.argv[1:])\n"
              "except SystemExit:\n    pass\n"
-             "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] == 'tasks'),"
-             " file=sys.stderr)\n")
+             f"print('LOADED', sorted(m for m in sys.modules if sys.modules[m] is not None"
+             f" and m.split('.')[0] in {unused}), file=sys.stderr)\n")
     env = {"RECUR_DATABASE_URL": fresh_pg_url}
     alone = run_python(["-c", probe, "status", "--json"], env, tmp_path)
     loaded = next(line for line in alone.stderr.splitlines() if line.startswith("LOADED"))

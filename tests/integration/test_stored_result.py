@@ -27,8 +27,8 @@ from tests.support.result_tasks import INCLUDE, answer, runs
 from tests.support.scheduler_support import worker_env
 
 
-def message(ident: str, n: int = 1, **payload: Any) -> dict[str, Any]:
-    return {"id": ident, "user_id": "u-1", "bucket": "short", "payload": {"n": n, **payload}}
+def message(ident: str, n: int = 1, user: str = "u-1", **payload: Any) -> dict[str, Any]:
+    return {"id": ident, "user_id": user, "bucket": "short", "payload": {"n": n, **payload}}
 
 
 def fresh(name: str) -> str:
@@ -106,36 +106,45 @@ def test_plain_celery_code_on_stored_calls(fresh_pg_url: str, use_store: Any, br
 
 
 def test_a_cancel_from_the_command_line_or_the_page_stores_revoked(
-        fresh_pg_url: str, use_store: Any, broker: Any, celery_app: Any) -> None:
-    """``recur jobs cancel`` (a real process) and the Scheduled page's cancel action are
-    a revoke for the job's AsyncResult: its row is gone and REVOKED is stored."""
+        store_url: str, use_store: Any, broker: Any, celery_app: Any) -> None:
+    """``recur jobs cancel`` and ``recur jobs cancel --user`` (real processes) and the
+    Scheduled page's cancel and per-user cancel are a revoke for each job's AsyncResult:
+    the rows are gone and REVOKED is stored (SQLite and PostgreSQL)."""
     from tasks.cli.scheduled_actions import Form, perform
 
-    use_store(fresh_pg_url)
-    ctl = JobControl(DueStore.open(fresh_pg_url))
+    use_store(store_url)
+    ctl = JobControl(DueStore.open(store_url))
+    env = {**os.environ, **services.test_environment(), **worker_env(store_url)}
     by_cli, by_page, kept = (fresh(n) for n in ("jcli", "page", "kept"))
+    cli_user, page_user = fresh("ucli"), fresh("upage")
+    of_user = {user: [fresh(user) for _ in range(3)] for user in (cli_user, page_user)}
     calls = {k: answer.apply_async((message(k),), countdown=3600)
              for k in (by_cli, by_page, kept)}
+    calls |= {k: answer.apply_async((message(k, user=user),), countdown=3600)
+              for user, ks in of_user.items() for k in ks}
     assert {r.state for r in calls.values()} == {"SCHEDULED"}
 
     done = subprocess.run(recur_argv("jobs", "cancel", by_cli), cwd=services.ROOT,
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **services.test_environment(),
-                               **worker_env(fresh_pg_url)})
+                          capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith(f"cancelled job {by_cli} (it was scheduled")
     line = perform("cancel", Form(key=by_page))
     assert line.startswith(f"cancelled job {by_page} (it was scheduled")
+    done = subprocess.run(recur_argv("jobs", "cancel", "--user", cli_user), cwd=services.ROOT,
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"cancelled 3 job(s) of user {cli_user}: 3 scheduled, 0 dispatched\n"
+    line = perform("cancel-user", Form(target_user=page_user))
+    assert line == f"cancelled 3 job(s) of user {page_user}: 3 scheduled, 0 dispatched"
 
-    for key in (by_cli, by_page):
+    for key in (by_cli, by_page, *of_user[cli_user], *of_user[page_user]):
         assert ctl.get(key) is None, key
         assert celery_app.AsyncResult(key).state == calls[key].state == "REVOKED"
         with pytest.raises(TaskRevokedError):
             calls[key].get(timeout=5)
     assert calls[kept].state == "SCHEDULED"  # only the cancelled keys were marked
     again = subprocess.run(recur_argv("jobs", "cancel", by_cli), cwd=services.ROOT,
-                           capture_output=True, text=True, timeout=60,
-                           env={**os.environ, **services.test_environment(),
-                                **worker_env(fresh_pg_url)})
+                           capture_output=True, text=True, timeout=60, env=env)
     assert again.returncode == 2 and f"no job {by_cli!r}" in again.stderr
     assert celery_app.AsyncResult(by_cli).state == "REVOKED"
+    ctl.store.close()

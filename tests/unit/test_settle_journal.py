@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from config.errors import StoreError, StoreUnavailable
+from scheduler import metrics
 from scheduler.store import journal as store_journal
 from scheduler.store.journal import SettleJournal
 from tests.support.processes import wait_for
@@ -149,13 +150,13 @@ def test_its_entries_are_bounded_when_checks_keep_failing(
     journal = SettleJournal(server.execute, server.start_time)
     journal.before_write()
     server.failures = 10**9
-    before = store_journal.UNGUARDED._value.get()
+    before = metrics.SETTLES_UNGUARDED._value.get()
     try:
         for i in range(25):
             journal.record("finish", object(), {"key": str(i)})
         assert len(journal._entries) == 10
         assert [e.params["key"] for e in journal._entries] == [str(i) for i in range(15, 25)]
-        assert store_journal.UNGUARDED._value.get() - before == 15
+        assert metrics.SETTLES_UNGUARDED._value.get() - before == 15
         assert sum("letting the oldest go unchecked" in r.message for r in caplog.records) == 1
     finally:
         journal.close()
