@@ -4,8 +4,8 @@ The same rows the seed generates (job keys ``gen-<seed>-<n>``, UUID users, 30 %
 with a kind, payloads of 20 to 90 bytes, the bucket mix, due times spread over
 the window; made with numpy, not Spark's hashes, so the same shape but other
 draws) are made into the seed's COPY lines (``spark.copy_lines.due_lines``,
-chunks of ``STORE_CHUNK`` sorted by job key as ``spark.load.store_lines`` sorts
-them for an empty store) and written to files first, untimed. Then one process, and then
+chunks of ``STORE_CHUNK`` sorted in the drain order as ``spark.load.store_lines``
+sorts them) and written to files first, untimed. Then one process, and then
 ``parallel`` processes at once, each on its own share of the files, load them
 through the seed's own sink (``PostgresBulk.load_copy``: its session settings,
 one transaction per chunk, durable at the end) into an empty ``due_jobs`` of a
@@ -34,8 +34,6 @@ import pyarrow.compute as pc
 from bench.private_env import PG_PORT, pg
 from bench.seed_cpu import postgres_seconds
 
-#: Rows per transaction of the seed's loader (spark/job.py STORE_CHUNK).
-CHUNK = 100_000
 MIX = (("short", 0.70), ("medium", 0.25), ("long", 0.05))
 KIND_SHARE, JOBS_PER_USER, SPREAD_MS = 0.3, 10, 3_600_000
 #: Held after a loader's last commit so the sampler sees its backend's last CPU tick.
@@ -88,15 +86,16 @@ def population(first: int, count: int, seed: int, users: pa.Array,
 def write_lines(rows: int, seed: int, task_code: int, directory: Path) -> list[Path]:
     """The population's COPY lines, one file per chunk (untimed preparation)."""
     from config.settings import settings
-    from spark.load import KEY_ORDER, copy_block, store_lines
+    from spark.job import STORE_CHUNK
+    from spark.load import copy_block, store_lines
 
-    lines_of = store_lines(task_code, KEY_ORDER)
+    lines_of = store_lines(task_code)
     users = _users(max(1, rows // JOBS_PER_USER), seed)
     kinds, start_ms = dict(settings().kinds), int(time.time() * 1000)
     files = []
-    for first in range(0, rows, CHUNK):
-        batch = population(first, min(CHUNK, rows - first), seed, users, kinds, start_ms)
-        path = directory / f"chunk-{first // CHUNK:05d}.copy"
+    for first in range(0, rows, STORE_CHUNK):
+        batch = population(first, min(STORE_CHUNK, rows - first), seed, users, kinds, start_ms)
+        path = directory / f"chunk-{first // STORE_CHUNK:05d}.copy"
         path.write_bytes(copy_block(lines_of(batch)))
         files.append(path)
     return files
@@ -170,7 +169,8 @@ def load_once(files: list[Path], processes: int, schema: str, rows: int) -> dict
             "copy": {"seconds": round(copy_s, 2), "rows_per_second": round(rows / copy_s),
                      "postgresql_cpu_us_per_row": round(copy_pg * 1e6 / rows, 2)},
             "index_build": {"seconds": round(build_s, 2),
-                            "postgresql_cpu_us_per_row": round(build_pg * 1e6 / rows, 2)}}
+                            "postgresql_cpu_us_per_row": round(build_pg * 1e6 / rows, 2),
+                            "postgresql_cores_busy": round(build_pg / build_s, 2)}}
 
 
 def ceiling(rows: int, schema: str, directory: Path, cores: int,

@@ -27,7 +27,6 @@ from scheduler.store.migrate import check_schema
 from spark.extract import read_input
 from spark.generate import generate
 from spark.load import (
-    KEY_ORDER,
     LinesOf,
     message_lines,
     partition_loader,
@@ -173,11 +172,8 @@ def run_seed(spark: SparkSession, opts: SeedOptions,
     with small_rows, Progress(spark.sparkContext, emit) as progress:
         progress.step = f"checking and loading into the {opts.sink}"
         try:
-            # Only the primary key is kept up to date: chunks go in in its order.
-            lines_of = (store_lines(register_task(opts.database_url, TASK), KEY_ORDER)
-                        if deferred else plan.lines_of)
             result, output = run_loader(
-                plan.frame, partition_loader(plan.open_sink, plan.chunk, lines_of),
+                plan.frame, partition_loader(plan.open_sink, plan.chunk, plan.lines_of),
                 plan.max_connections)
         finally:
             if deferred:
