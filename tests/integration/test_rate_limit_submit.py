@@ -6,6 +6,8 @@ publication order and never pulled forward."""
 
 from __future__ import annotations
 
+import math
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
@@ -29,11 +31,15 @@ def test_a_key_sent_far_over_its_limit_waits_in_the_store_not_in_the_workers(
     sent = [{"id": f"{key}-{i}", "user_id": key, "bucket": "short", "payload": {"ms": 0}}
             for i in range(40)]
     began = datetime.now(UTC)
+    publishing = time.monotonic()
     results = [rated_work.apply_async((msg,)) for msg in sent]
+    took = time.monotonic() - publishing
     stored = [r for r in results if r.stored]
     published = len(results) - len(stored)
-    # 5/s and a 5-s store threshold: about 25 places are near, the rest far.
-    assert 20 <= published <= 26 and len(stored) == len(sent) - published
+    # 5/s and a 5-s store threshold: about 25 places are near, the rest far; each call
+    # measures "near" from its own now, so slow calls (a loaded machine) make more near.
+    near_most = 26 + math.ceil(took * RATE)
+    assert 20 <= published <= near_most and len(stored) == len(sent) - published
     assert [r.id for r in stored] == [m["id"] for m in sent[published:]]  # in order
     dues = [r.due_at for r in stored]
     assert dues[0] >= began + timedelta(seconds=4.5)
