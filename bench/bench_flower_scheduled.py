@@ -43,7 +43,8 @@ from bench import scheduler_env as benv  # first: points the settings at the ben
 from bench.bench_store_scale import seed
 from bench.results_io import write_result
 from scheduler.wire import decode_call
-from tests.support.processes import Child, recur_argv, spawn, wait_for
+from tests.support.flower_process import wait_until_answering
+from tests.support.processes import Child, recur_argv, spawn
 from tests.support.services import free_port
 
 USER, PASSWORD = "bench", "bench-scheduled"
@@ -73,17 +74,7 @@ def start_flower(port: int, logs: Path) -> Child:
            "RECUR_FLOWER_PORT": str(port), "RECUR_LOG_LEVEL": "WARNING"}
     child = spawn("flower", recur_argv("flower", "--address=127.0.0.1"), logs, env,
                   cwd=benv.ROOT)
-
-    def answering() -> bool:
-        if child.proc.poll() is not None:
-            raise RuntimeError(f"flower exited:\n{child.log()[-3000:]}")
-        try:
-            httpx.get(f"http://127.0.0.1:{port}/healthcheck", timeout=2)
-        except httpx.TransportError:
-            return False
-        return True
-
-    wait_for(answering, 120, "Flower to listen")
+    wait_until_answering(child, f"http://127.0.0.1:{port}", 120)
     return child
 
 
