@@ -19,13 +19,14 @@ At each size, in the same run and interleaved (so both see the same load):
   process and ``store_seconds`` (the store's readings, from its own JSON),
   median of ``--repeats``;
 * the same readings in this process, each part on its own (bucket counts and
-  the due-time histogram, bounded and exact), median of ``--repeats``;
+  the due-time histogram, bounded and exact on a ``DueStore``, bounded on the
+  command's psycopg ``StatusReader``), median of ``--repeats``;
 * what the bounded reading showed against the exact counts, per bucket;
 * the import floor, interleaved with the command: the wall time of ``python -c
-  "import sqlalchemy, psycopg, redis, amqp"`` (the drivers any reading of the
-  three services imports) and of ``python -c pass`` (the interpreter alone), so the
-  command's wall time reads against what it cannot go under (``recur status``
-  imports no Celery app: scheduler/status/);
+  "import psycopg, redis, amqp"`` (the drivers any reading of the three services
+  imports) and of ``python -c pass`` (the interpreter alone), so the command's wall
+  time reads against what it cannot go under (``recur status`` imports no Celery
+  app, and on PostgreSQL no SQLAlchemy: scheduler/status/, status_reader.py);
 * the load average before and after.
 
 Writes ``bench/results/status.json`` (after every size). Runs in its own schema
@@ -104,8 +105,9 @@ def command(exact: bool) -> tuple[float, dict[str, Any]]:
     return wall, json.loads(done.stdout)
 
 
-#: The drivers any reading of the store, the broker and Redis imports: the command's floor.
-FLOOR = "import sqlalchemy, psycopg, redis, amqp"
+#: The drivers any reading of the store, the broker and Redis imports: the command's floor
+#: (on PostgreSQL the bounded readings run on psycopg alone: no SQLAlchemy).
+FLOOR = "import psycopg, redis, amqp"
 
 
 def python_wall(code: str) -> float:
@@ -131,9 +133,10 @@ def in_process(repeats: int) -> dict[str, Any]:
     from scheduler.store import DueStore
     from scheduler.store.due_histogram import MINUTES_AHEAD, due_histogram
     from scheduler.store.estimates import bounded_histogram, bounded_stats
+    from scheduler.store.status_reader import StatusReader
 
     names = bucket_table().names
-    store = DueStore.open(benv.PG_URL)
+    store, reader = DueStore.open(benv.PG_URL), StatusReader.open(benv.PG_URL)
     try:
         def now() -> datetime:
             return datetime.now(UTC)
@@ -141,11 +144,15 @@ def in_process(repeats: int) -> dict[str, Any]:
             "bounded_counts": timed(lambda: bounded_stats(store, names, now()), repeats),
             "bounded_histogram": timed(
                 lambda: bounded_histogram(store, names, now(), MINUTES_AHEAD), repeats),
+            "reader_counts": timed(lambda: reader.stats(names, now()), repeats),
+            "reader_histogram": timed(
+                lambda: reader.histogram(names, now(), MINUTES_AHEAD), repeats),
             "exact_counts": timed(lambda: store.stats(now()), repeats),
             "exact_histogram": timed(
                 lambda: due_histogram(store, names, now(), MINUTES_AHEAD), repeats)}
     finally:
         store.close()
+        reader.close()
 
 
 def compare(bounded: dict[str, Any], exact: dict[str, Any]) -> dict[str, Any]:

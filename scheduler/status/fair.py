@@ -5,23 +5,25 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from config.buckets_in_use import bucket_table
 from config.settings import Settings
+
+if TYPE_CHECKING:
+    from scheduler.status.source import StatusSource
 
 #: Due rows read at the head of each bucket, and dealt rows counted at most.
 HEAD = 2000
 CAP = 100_000
 
 
-def fair_share_state(store: Any, cfg: Settings, now: datetime) -> dict[str, dict[str, Any]]:
+def fair_share_state(source: StatusSource, cfg: Settings, now: datetime
+                     ) -> dict[str, dict[str, Any]]:
     """Per bucket, its fair share as ``--json`` shows it."""
-    from scheduler.store.fair import FairRows
-
-    rows, found = FairRows(store), {}
+    found = {}
     for bucket in bucket_table().names:
-        state = rows.state(bucket, now, HEAD, CAP)
+        state = source.fair_state(bucket, now, HEAD, CAP)
         doc = asdict(state)
         doc.pop("bucket")
         doc["rounds"] = None if state.rounds is None else [state.rounds.lowest,

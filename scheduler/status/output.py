@@ -19,8 +19,7 @@ from config.settings import Settings
 from scheduler.status import table as st
 from scheduler.status.fair import fair_share_lines
 from scheduler.status.report import Report, collect
-from scheduler.store.due_histogram import MINUTES_AHEAD
-from scheduler.store.estimates import HEAD_CAP, MINUTE_CAP
+from scheduler.store.status_readings import HEAD_CAP, MINUTE_CAP, MINUTES_AHEAD
 
 
 def destination_line(s: Any) -> str:

@@ -16,8 +16,8 @@ from routing.broker import QueueStats, inspect_queues
 from routing.queues import missing_queues_line
 from scheduler.status import table as st
 from scheduler.status.fair import fair_share_state
-from scheduler.store.due_histogram import MINUTES_AHEAD, due_histogram
-from scheduler.store.estimates import bounded_histogram
+from scheduler.status.source import StatusSource, open_source
+from scheduler.store.status_readings import MINUTES_AHEAD
 
 
 @dataclass
@@ -72,9 +72,6 @@ def read_queues(cfg: Settings, report: Report) -> dict[str, QueueStats | None]:
 
 def read_store(cfg: Settings, report: Report,
                queues: dict[str, QueueStats | None], exact: bool = False) -> None:
-    from scheduler.store import DueStore
-    from scheduler.store.control import JobControl
-
     def depth(name: str) -> int | None:
         stats = queues.get(name)
         return None if stats is None else stats.messages
@@ -82,18 +79,18 @@ def read_store(cfg: Settings, report: Report,
     depths = {b.queue: depth(b.queue) for b in bucket_table().buckets}
     dead = {b.name: depth(b.dead_queue) for b in bucket_table().buckets}
     try:
-        store = DueStore.open(cfg.database_url)
+        source = open_source(cfg.database_url, exact)
         try:
             started = time.perf_counter()
-            found = st.read(store, utcnow(), exact)
-            rows = st.collect(store, depths, utcnow(), found)
+            found = source.stats(bucket_table().names, utcnow())
+            rows = st.collect(found, depths, utcnow())
             report.exact, report.analyzed_at = found.exact, found.analyzed_at
-            report.paused = JobControl(store).paused()
-            read_histogram(store, report, exact)
-            report.fair_share = fair_share_state(store, cfg, utcnow())
+            report.paused = source.paused()
+            read_histogram(source, report)
+            report.fair_share = fair_share_state(source, cfg, utcnow())
             report.store_seconds = round(time.perf_counter() - started, 4)
         finally:
-            store.close()
+            source.close()
     except Exception as exc:
         report.failures.append(_failure(exc))
         rows = [st.BucketStatus(b.name, None, None, None, None, None, None, None,
@@ -101,14 +98,10 @@ def read_store(cfg: Settings, report: Report,
     report.buckets = [st.with_dead_queue(r, dead.get(r.bucket)) for r in rows]
 
 
-def read_histogram(store: Any, report: Report, exact: bool) -> None:
+def read_histogram(source: StatusSource, report: Report) -> None:
     """The due-time histogram: every row of the window (``--exact``), or at most
     250 per bucket and minute, the rest estimated (scheduler/store/estimates.py)."""
-    names = bucket_table().names
-    if exact:
-        report.due_histogram = due_histogram(store, names, utcnow(), MINUTES_AHEAD)
-        return
-    found = bounded_histogram(store, names, utcnow(), MINUTES_AHEAD)
+    found = source.histogram(bucket_table().names, utcnow(), MINUTES_AHEAD)
     report.due_histogram, report.due_histogram_estimated = found.counts, found.estimated
 
 

@@ -8,8 +8,8 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 from config.buckets_in_use import bucket_table
-from scheduler.store import BucketStats, DueStore
-from scheduler.store.estimates import Readings, bounded_stats
+from scheduler.store.records import BucketStats
+from scheduler.store.status_readings import Readings
 
 
 @dataclass(frozen=True)
@@ -55,27 +55,19 @@ def _named(fields: tuple[str, ...]) -> tuple[str, ...]:
     return tuple("due_now" if f == "due" else f for f in fields)
 
 
-def read(store: DueStore, now: datetime, exact: bool) -> Readings:
-    """The store's counts: exact (one scan of the table), or bounded (estimates.py)."""
-    if exact:
-        return Readings(store.stats(now), exact=True)
-    return bounded_stats(store, bucket_table().names, now)
-
-
-def collect(store: DueStore, depths: dict[str, int | None], now: datetime,
-            found: Readings | None = None) -> list[BucketStatus]:
+def collect(found: Readings, depths: dict[str, int | None], now: datetime
+            ) -> list[BucketStatus]:
     """Status of every bucket of the bucket table, then of every bucket that is not in
     it but still has rows in the store (no scheduler dispatches them: they are set
-    aside once due, RECUR_UNKNOWN_BUCKET_GRACE). ``found``: what :func:`read` read
-    (default: an exact reading)."""
-    stats = (found or read(store, now, exact=True)).buckets
+    aside once due, RECUR_UNKNOWN_BUCKET_GRACE). ``found``: the store's readings
+    (scheduler/status/source.py)."""
+    stats = found.buckets
     table = bucket_table()
     names = table.names
     rows = [bucket_status(stats.get(b.name), b.name, now, depths.get(b.queue))
             for b in table.buckets]
-    return rows + [bucket_status(found, name, now, None) for name, found in sorted(stats.items())
-                   if name not in names and (found.scheduled or found.dispatched
-                                              or found.set_aside)]
+    return rows + [bucket_status(s, name, now, None) for name, s in sorted(stats.items())
+                   if name not in names and (s.scheduled or s.dispatched or s.set_aside)]
 
 
 def as_json(rows: list[BucketStatus]) -> str:

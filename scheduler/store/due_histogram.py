@@ -18,11 +18,9 @@ from sqlalchemy import Select, and_, bindparam, case, func, select
 
 from scheduler.store.base import StoreCore
 from scheduler.store.schema import SCHEDULED, UtcDateTime, due_jobs
+from scheduler.store.status_readings import MAX_MINUTES, MINUTES_AHEAD
 
-#: Most minutes one reading covers (a bound on the statement's width).
-MAX_MINUTES = 60
-#: Minutes ahead that ``recur status`` and the exporter read (``minute`` label 0 to 9).
-MINUTES_AHEAD = 10
+__all__ = ["MAX_MINUTES", "MINUTES_AHEAD", "due_histogram", "histogram_statement"]
 
 
 def _edge(i: int) -> Any:

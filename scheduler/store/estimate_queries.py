@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Select, and_, bindparam, case, func, select, text, true, type_coerce
 
+from scheduler.store import text_queries
 from scheduler.store.schema import (
     DEALT,
     DISPATCHED,
@@ -75,13 +76,7 @@ ESTIMATE_SCHEDULED = text(
 
 #: table_statistics: whether due_jobs has statistics on its bucket column (ANALYZE ran
 #: on it) and when it was last analyzed.
-TABLE_STATISTICS = text(
-    "SELECT EXISTS (SELECT 1 FROM pg_stats s WHERE s.schemaname = n.nspname"
-    " AND s.tablename = c.relname AND s.attname = 'bucket'),"
-    " greatest(t.last_analyze, t.last_autoanalyze)"
-    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-    " LEFT JOIN pg_stat_all_tables t ON t.relid = c.oid"
-    " WHERE c.oid = to_regclass('due_jobs')")
+TABLE_STATISTICS = text(text_queries.TABLE_STATISTICS)
 
 #: window_probes: per window of ``width`` seconds from ``t0`` (``windows`` of them), the
 #: bucket's first ``cap`` scheduled rows due in it (a range of each (bucket, due_at)

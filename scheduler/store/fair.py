@@ -8,20 +8,20 @@ index range (fair_queries.py), and what ``recur status`` reads of it.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from scheduler.store import fair_queries as q
+from scheduler.store import status_readings as sr
 from scheduler.store.base import StoreCore
 from scheduler.store.records import Execute
+from scheduler.store.status_readings import DEALT, EPOCH, FairState, Rounds
 
-#: Counter (due_counters) of rows the schedulers dealt into rounds, per bucket.
-DEALT = "fair_dealt"
+__all__ = ["DEALT", "EPOCH", "UNDEAL_BATCH", "Due", "FairRows", "FairState", "Rounds",
+           "claim_rows", "state_statements"]
+
 #: Dealt rows one transaction puts back in due order.
 UNDEAL_BATCH = 10_000
-#: A window from the start of time.
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def claim_rows(run: Execute, claim: Any, params: dict[str, Any], dealt: bool) -> list[Any]:
@@ -39,33 +39,13 @@ def claim_rows(run: Execute, claim: Any, params: dict[str, Any], dealt: bool) ->
 Due = tuple[str, str | None, datetime]
 
 
-@dataclass(frozen=True)
-class Rounds:
-    """A bucket's rows dealt into rounds: the lowest round (claimed next) and the highest."""
-
-    lowest: int
-    highest: int
-
-
-@dataclass(frozen=True)
-class FairState:
-    """A bucket's fair share as ``recur status`` shows it (each figure one bounded read)."""
-
-    bucket: str
-    #: Due rows not dealt at the head of the bucket (read at most ``head_cap``).
-    head_rows: int
-    head_users: int
-    #: Rows of the user with the most rows in that head.
-    largest_rows: int
-    #: Rows dealt now (counted up to a cap: ``dealt_capped``), and their rounds.
-    dealt_rows: int
-    dealt_capped: bool
-    rounds: Rounds | None
-    #: Users of the next dealt rows (the first ``head_cap`` in round order).
-    dealt_users: int
-    oldest_dealt_at: datetime | None
-    #: Rows the schedulers ever dealt (``due_counters``' ``fair_dealt``).
-    dealt_ever: int
+def state_statements(dialect: str) -> dict[str, Any]:
+    """FairRows.state's statements by the names status_readings.py runs them by (for
+    PostgreSQL, the same names' text for psycopg alone: status_sql.py)."""
+    return {"FAIR_WINDOW": q.window(dialect), "DEALT_CAPPED": q.DEALT_CAPPED,
+            "OLDEST_DEALT": q.OLDEST_DEALT, "LOWEST_ROUND": q.LOWEST_ROUND,
+            "HIGHEST_ROUND": q.HIGHEST_ROUND, "DEALT_USERS": q.dealt_users(dialect),
+            "COUNTER_TOTAL": q.COUNTER_TOTAL}
 
 
 class FairRows:
@@ -132,21 +112,9 @@ class FairRows:
 
     def state(self, bucket: str, now: datetime, head_cap: int, cap: int) -> FairState:
         """What ``recur status`` shows of ``bucket``'s fair share."""
-        dialect, params = self.store.dialect, {"bucket": bucket, "now": now}
         with self.store.transaction(f"read the fair share of bucket {bucket}") as conn:
-            users = Counter(str(u) for _, u, _ in conn.execute(
-                q.window(dialect), {**params, "start": EPOCH, "limit": head_cap}))
-            dealt = int(conn.execute(q.DEALT_CAPPED, {**params, "cap": cap}).scalar() or 0)
-            oldest = conn.execute(q.OLDEST_DEALT, params).scalar() if dealt else None
-            low = conn.execute(q.LOWEST_ROUND, params).scalar() if dealt else None
-            high = conn.execute(q.HIGHEST_ROUND, params).scalar() if dealt else None
-            next_users = list(conn.execute(q.dealt_users(dialect),
-                                           {**params, "limit": head_cap})) if dealt else []
-            ever = conn.execute(q.COUNTER_TOTAL, {"bucket": bucket, "name": DEALT}).scalar()
-        rounds = None if low is None else Rounds(int(low), int(high or low))
-        return FairState(bucket, sum(users.values()), len(users),
-                         max(users.values(), default=0), dealt, dealt >= cap, rounds,
-                         len(next_users), oldest, int(ever or 0))
+            return sr.fair_state(sr.runner(conn, state_statements(self.store.dialect)),
+                                 bucket, now, head_cap, cap)
 
 
 def _due(row: Any) -> Due:

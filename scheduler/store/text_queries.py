@@ -76,3 +76,14 @@ SHOW_SETTING = "SHOW {name}"
 #: table_options: the storage options of recur's tables in the current schema.
 TABLE_OPTIONS = ("SELECT relname, reloptions FROM pg_class WHERE relname = ANY(:names) "
                  "AND relnamespace = to_regnamespace(current_schema())")
+
+# -- recur status -------------------------------------------------------------------
+#: table_statistics: whether due_jobs has statistics on its bucket column (ANALYZE ran
+#: on it) and when it was last analyzed (estimate_queries.py; status_sql.py for psycopg).
+TABLE_STATISTICS = (
+    "SELECT EXISTS (SELECT 1 FROM pg_stats s WHERE s.schemaname = n.nspname"
+    " AND s.tablename = c.relname AND s.attname = 'bucket'),"
+    " greatest(t.last_analyze, t.last_autoanalyze)"
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+    " LEFT JOIN pg_stat_all_tables t ON t.relid = c.oid"
+    " WHERE c.oid = to_regclass('due_jobs')")
