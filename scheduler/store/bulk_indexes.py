@@ -164,9 +164,10 @@ def build_missing(engine: Engine, connections: int | None = None) -> list[str]:
                             and n not in builds.built)
         what = f"building index {name}" if name else "opening a build connection"
         failed = f"{down}: {what} failed (still missing: {unbuilt})"
-        if is_driver_error(exc):  # its first line: no DETAIL, no SQL
-            error = translate(exc, down, failed)
-            raise type(error)(str(error).splitlines()[0]) from exc
+        if is_driver_error(exc):  # ours, its first line (no DETAIL, no SQL); an outage
+            kind = type(translate(exc, down, failed))  # (a timeout too) names them as well
+            first = (str(exc).splitlines() or [type(exc).__name__])[0]
+            raise kind(f"{failed}: {first}") from exc
         raise exc
     with translated(down), engine.connect() as conn:
         conn.execute(text("ANALYZE due_jobs"))
