@@ -19,23 +19,42 @@ from importlib import resources
 from types import TracebackType
 from typing import Any, TypeVar
 
-import redis
-from redis.exceptions import NoScriptError
-
+from config.absent_imports import absent
 from config.errors import RecurError, ServiceUnavailable, register_driver
 from config.settings import settings
+
+#: redis-py 8 imports OpenTelemetry's metrics API and SDK when they are installed (the
+#: ``otel`` extra: ~60 modules, ~2 MB in every process) for metrics of its own, exported
+#: only once ``redis.observability`` is set up, which recur never does. They stay out
+#: while redis-py loads; recur's tracing (routing/tracing/) imports what it uses later.
+UNUSED_BY_REDIS = ("opentelemetry.metrics", "opentelemetry.sdk.metrics")
+
+with absent(UNUSED_BY_REDIS):
+    import redis
+    from redis.exceptions import NoScriptError
 
 register_driver(redis.exceptions.RedisError, "Redis")
 
 T = TypeVar("T")
 
 
+#: Connections the process's client keeps at most. A command holds one for its round
+#: trip only, so a few serve hundreds of threads (the io bucket's 200): redis-py's default
+#: pool opens one per thread in a call at once, ~50-80 KB each, and refuses the 101st
+#: ("Too many connections"); this one makes a thread wait for a free connection instead.
+POOL_SIZE = 16
+#: Seconds a command waits for a free connection before Redis counts as unavailable.
+POOL_WAIT = 5
+
+
 @cache
 def get_redis() -> redis.Redis:
     """A shared client; redis-py's pool is safe across the fork of a prefork child."""
-    return redis.Redis.from_url(settings().redis_url, decode_responses=True,
-                                socket_timeout=5, socket_connect_timeout=5,
-                                health_check_interval=30)
+    pool = redis.BlockingConnectionPool.from_url(
+        settings().redis_url, max_connections=POOL_SIZE, timeout=POOL_WAIT,
+        decode_responses=True, socket_timeout=5, socket_connect_timeout=5,
+        health_check_interval=30)
+    return redis.Redis(connection_pool=pool)
 
 
 class redis_errors:

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 
-from prometheus_client import Counter, Gauge
-
+from config.lazy_metrics import counter, gauge
 from scheduler.store.fair import Rounds
 
-DEALT = Counter("recur_scheduler_fair_share_dealt", "Due rows this scheduler dealt into "
+DEALT = counter("recur_scheduler_fair_share_dealt", "Due rows this scheduler dealt into "
                 "fair-share rounds (claimed before the dominant users' bulk), by bucket.",
                 ["bucket"])
-USERS = Gauge("recur_scheduler_fair_share_users", "Users with due rows at the head of the "
+USERS = gauge("recur_scheduler_fair_share_users", "Users with due rows at the head of the "
               "bucket at the last look (its first 2000 due rows).", ["bucket"])
-LARGEST = Gauge("recur_scheduler_fair_share_largest_share", "The largest user's share of "
+LARGEST = gauge("recur_scheduler_fair_share_largest_share", "The largest user's share of "
                 "the due rows at the head at the last look (0 to 1).", ["bucket"])
-ROUNDS = Gauge("recur_scheduler_fair_share_rounds", "Fair-share rounds of dealt rows waiting "
+ROUNDS = gauge("recur_scheduler_fair_share_rounds", "Fair-share rounds of dealt rows waiting "
                "after the last look (0: none).", ["bucket"])
 
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import threading
 
-from prometheus_client import Histogram
-
+from config.lazy_metrics import histogram
 from routing.reseq.state import Next
 
 OTHER = "_other"
 #: From a message sent at once to one held behind a gap up to the gap timeout and past.
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
-HOLD = Histogram("recur_resequencer_hold_seconds", "Seconds from a message's arrival in the "
+HOLD = histogram("recur_resequencer_hold_seconds", "Seconds from a message's arrival in the "
                  "resequencer to its send, by destination (_other: past the named ones).",
                  ["destination"], buckets=HOLD_BUCKETS)
 _named: set[str] = set()

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from celery.worker.request import Request
-from prometheus_client import Counter
 
 from config import signing
 from config.errors import InvalidControlHeader
+from config.lazy_metrics import counter
 
 log = logging.getLogger("recur.distlock")
 
@@ -29,7 +29,7 @@ TICKET_HEADERS = frozenset({SEQ, SINCE, *OLD_TICKET_HEADERS})
 #: event ``task-parked`` (``task-dropped``) instead of ``task-succeeded``.
 PARKED_RESULT, DROPPED_RESULT = "recur:parked", "recur:dropped"
 
-EVENTS = Counter("recur_lock_events", "Per-user lock events by kind and task.",
+EVENTS = counter("recur_lock_events", "Per-user lock events by kind and task.",
                  ["event", "task"])
 
 

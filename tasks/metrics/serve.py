@@ -16,15 +16,17 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
-
-from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app
-from prometheus_client.exposition import ThreadingWSGIServer
 
 from config.checks import is_loopback
 from config.errors import ConfigError
+from config.lazy_metrics import create_all
 from config.settings import Settings
+
+if TYPE_CHECKING:  # prometheus_client is imported when metrics are served (~2 MB)
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.exposition import ThreadingWSGIServer
 
 log = logging.getLogger("recur.metrics")
 
@@ -79,6 +81,8 @@ def _credentials(header: str) -> tuple[bytes, bytes]:
 
 def start_server(bind: str, port: int, app: WSGIApp) -> ThreadingWSGIServer:
     """Serve ``app`` on ``bind``:``port`` (IPv4 or IPv6) from a daemon thread."""
+    from prometheus_client.exposition import ThreadingWSGIServer
+
     family = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
     server: ThreadingWSGIServer = make_server(bind, port, app, server_class,
@@ -89,6 +93,8 @@ def start_server(bind: str, port: int, app: WSGIApp) -> ThreadingWSGIServer:
 
 def _registry() -> CollectorRegistry:
     """The process's registry, or one reading every prefork child's files."""
+    from prometheus_client import REGISTRY, CollectorRegistry
+
     if not os.environ.get(MULTIPROC_ENV):
         return REGISTRY
     from prometheus_client import multiprocess
@@ -103,7 +109,12 @@ def serve_metrics(cfg: Settings, registry: CollectorRegistry | None = None,
     """Start the /metrics endpoint in a daemon thread; returns its port (None: off)."""
     if not cfg.metrics_port:
         return None
-    app: WSGIApp = make_wsgi_app(registry if registry is not None else _registry())
+    from prometheus_client import make_wsgi_app
+
+    if registry is None:
+        create_all()  # every declared metric listed from the first scrape (lazy_metrics.py)
+        registry = _registry()
+    app: WSGIApp = make_wsgi_app(registry)
     if cfg.metrics_user:
         app = require_basic_auth(app, cfg.metrics_user, cfg.metrics_password)
     try:
@@ -119,3 +130,9 @@ def serve_metrics(cfg: Settings, registry: CollectorRegistry | None = None,
                     "RECUR_METRICS_USER and RECUR_METRICS_PASSWORD", what, cfg.metrics_bind,
                     cfg.metrics_port)
     return cfg.metrics_port
+
+
+def exports_metrics(cfg: Settings) -> bool:
+    """Whether this process's metrics are read by anyone: it serves them
+    (RECUR_METRICS_PORT) or writes them for a process that does (PROMETHEUS_MULTIPROC_DIR)."""
+    return bool(cfg.metrics_port or os.environ.get(MULTIPROC_ENV))

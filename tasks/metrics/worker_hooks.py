@@ -5,7 +5,9 @@ how late a stored job's run started (its due time to the start of the run).
 PROMETHEUS_MULTIPROC_DIR, so its prefork children's counts are served by the
 main process's endpoint (started here, at worker start-up); a threads pool
 writes there too. A run costs one counter increment and two histogram observes,
-all in ``task_postrun``.
+all in ``task_postrun``. A worker whose metrics nobody reads (no RECUR_METRICS_PORT,
+no PROMETHEUS_MULTIPROC_DIR: the default) connects neither per-run hook and never
+imports prometheus_client (config/lazy_metrics.py).
 """
 
 from __future__ import annotations
@@ -16,23 +18,23 @@ import time
 from typing import Any
 
 from celery.signals import task_postrun, task_prerun, worker_init, worker_shutdown
-from prometheus_client import Counter, Histogram
 
 from config.buckets_in_use import bucket_table
+from config.lazy_metrics import counter, histogram
 from config.settings import settings
 from tasks.distlock.job import PARKED_RESULT
 from tasks.flow.rate_limit import DEFERRED_RESULT
-from tasks.metrics.serve import MULTIPROC_ENV, serve_metrics
+from tasks.metrics.serve import MULTIPROC_ENV, exports_metrics, serve_metrics
 from tasks.settle import RUN_STATE, RunState
 
-TASKS = Counter("recur_worker_tasks", "Task runs finished, by bucket, task and state.",
+TASKS = counter("recur_worker_tasks", "Task runs finished, by bucket, task and state.",
                 ["bucket", "task", "state"])
-RUNTIME = Histogram("recur_worker_task_seconds", "Task run time, by bucket and task.",
+RUNTIME = histogram("recur_worker_task_seconds", "Task run time, by bucket and task.",
                     ["bucket", "task"],
                     buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 900, 1800))
 #: Bounds that answer "what share of runs start more than a minute late".
 LATENESS_BUCKETS = (0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
-LATENESS = Histogram("recur_worker_lateness_seconds", "How late a stored job's run started: "
+LATENESS = histogram("recur_worker_lateness_seconds", "How late a stored job's run started: "
                      "its due time to the start of the run, by bucket and task (0: on time, "
                      "or pulled forward early).", ["bucket", "task"], buckets=LATENESS_BUCKETS)
 #: A delivery that did not start its run: parked behind its user's job, or deferred to
@@ -52,7 +54,17 @@ def _bucket(task: Any) -> str:
 
 @worker_init.connect
 def serve_worker_metrics(**_: Any) -> None:
-    serve_metrics(settings(), what="worker")
+    """In the main process, before the pool starts (prefork children inherit the hooks)."""
+    cfg = settings()
+    if exports_metrics(cfg):
+        connect_run_hooks()
+    serve_metrics(cfg, what="worker")
+
+
+def connect_run_hooks() -> None:
+    """Count every run from now on (idempotent)."""
+    task_prerun.connect(task_started, weak=False, dispatch_uid="recur.metrics.prerun")
+    task_postrun.connect(task_finished, weak=False, dispatch_uid="recur.metrics.postrun")
 
 
 @worker_shutdown.connect
@@ -63,12 +75,10 @@ def remove_metrics_dir(**_: Any) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-@task_prerun.connect
 def task_started(task_id: str = "", **_: Any) -> None:
     _started[task_id] = time.monotonic()
 
 
-@task_postrun.connect
 def task_finished(task_id: str = "", task: Any = None, state: str = "", retval: Any = None,
                   **_: Any) -> None:
     started = _started.pop(task_id, None)

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 
+from config.lazy_metrics import create_all
 from routing.broker import QueueStats
 from scheduler.store import BucketHead, BucketStats
 from tasks.metrics.collector import EXPORTED, SystemCollector
@@ -56,10 +57,12 @@ def exporter_names() -> set[str]:
 
 def process_names() -> set[str]:
     """Every name the per-process metrics can take (counters, histograms, their suffixes)."""
-    # Importing registers them: the scheduler's counters, the lock's, the worker's.
+    # Importing declares them (the scheduler's counters, the lock's, the worker's);
+    # create_all registers them, as serving /metrics does (config/lazy_metrics.py).
     for module in ("scheduler.metrics", "tasks.distlock.job", "tasks.metrics.worker_hooks",
                    "routing.reseq.hold"):
         importlib.import_module(module)
+    create_all()
 
     names: set[str] = set()
     for metric in REGISTRY.collect():

@@ -56,6 +56,14 @@ def test_what_a_worker_loads_imports_no_seed_migration_or_http_code() -> None:
 
 
 @pytest.mark.timeout(240)
+def test_a_worker_without_metrics_or_tracing_imports_neither_library() -> None:
+    # Lazy metrics (config/lazy_metrics.py); redis-py's OpenTelemetry metrics kept out
+    # while it loads (routing/redis_client.py). Both load when configured.
+    loaded = imported_roots("import tasks\n" + WORKER_LOADS)
+    assert "redis" in loaded and loaded & {"prometheus_client", "opentelemetry"} == set()
+
+
+@pytest.mark.timeout(240)
 def test_a_worker_on_postgresql_settles_without_sqlalchemy(pg_url: str) -> None:
     # A run's token check, reschedule, finish and stored calls (scheduler/store/
     # worker_store.py) open the store on psycopg alone: ~12 MB less per process.
