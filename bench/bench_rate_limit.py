@@ -13,6 +13,8 @@ scheduler for the jobs that wait in the store. Modes, one after the other:
   second per account". It is one token bucket per task name in each worker instance
   (node), not per key: on 2 workers (2 nodes, -c 1 each) every key together gets
   10/s. Run for ``--celery-seconds`` (20,000 jobs at 10/s would take half an hour).
+* ``floor``: the unlimited job plus one Redis script call that decides nothing: what
+  any limit that asks Redis once a job costs at least (not in the default modes).
 * ``celery_sized``: Celery's ``rate_limit`` sized for the aggregate (allowed / 2 per
   node), with the hot key: the throughput, and the hot key's per-key violations.
 
@@ -56,10 +58,10 @@ from bench.results_io import write_result  # watches the machine for the whole r
 ENVIRONMENT = PrivateEnv("rate").activate(RECUR_WORK_SCALE="0")
 #: The workers' log level (INFO logs every deferral: for a look at a small run).
 LOG_LEVEL = os.environ.get("RECURBENCH_WORKER_LOG", "WARNING")
-MODES = ("capacity", "recur", "recur_hot", "celery", "celery_sized")
+MODES = ("capacity", "recur", "recur_hot", "celery", "celery_sized", "floor")
 TASKS = {"capacity": "tests.unrated_work", "recur": "tests.rated_work",
          "recur_hot": "tests.rated_work", "celery": "tests.celery_rated_work",
-         "celery_sized": "tests.celery_rated_work"}
+         "celery_sized": "tests.celery_rated_work", "floor": "tests.floor_work"}
 
 
 def reset(client: Any, prefix: str) -> None:
@@ -159,6 +161,11 @@ def summary(by: dict[str, dict[str, Any]]) -> dict[str, Any]:
         out["capacity_per_s"] = cap
         out["recur_vs_min_allowed_capacity"] = round(
             rec["others_per_s"] / min(rec["allowed_per_s"], cap), 3)
+    floor = by.get("floor", {}).get("others_per_s")
+    if cap and floor:  # one Redis call a job, deciding nothing: any such limit's ceiling
+        out["floor_vs_capacity"] = round(floor / cap, 3)
+        if rec.get("others_per_s"):
+            out["recur_vs_floor"] = round(rec["others_per_s"] / floor, 3)
     if rec.get("others_per_s") and by.get("recur_hot", {}).get("others_per_s"):
         out["others_with_hot_vs_without"] = round(
             by["recur_hot"]["others_per_s"] / rec["others_per_s"], 3)
@@ -178,7 +185,7 @@ def main(argv: list[str]) -> int:
                         help="seconds a mode may take at most")
     parser.add_argument("--celery-seconds", type=float, default=20,
                         help="how long the celery mode (10/s in all) is watched")
-    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--modes", default=",".join(m for m in MODES if m != "floor"))
     parser.add_argument("--result", default="rate_limit")
     opts = parser.parse_args(argv)
     modes = [m for m in opts.modes.split(",") if m]

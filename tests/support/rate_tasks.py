@@ -18,7 +18,9 @@ from config.settings import settings
 from tasks.app import app
 from tasks.base import MessageTask
 from tasks.distlock import user_lock
-from tasks.flow import rate_limit
+from tasks.flow import handoff_mark, rate_limit
+from tasks.flow.limiter import forgiven_lateness
+from tasks.flow.rates import parse_rate
 from tests.support.recorder import recorder
 
 INCLUDE = "tests.support.fault_tasks,tests.support.rate_tasks"
@@ -30,9 +32,13 @@ def runs_key() -> str:
     return f"{settings().key_prefix}:test:rated:runs"
 
 
-def record(message: Any) -> None:
+def record(message: Any, request: Any = None) -> None:
+    """``handoff``: how the start's limit was asked (tasks/flow/handoff_mark.py state:
+    "fresh" at hand-off, "late", or None: in the pool process)."""
+    mark = None if request is None else handoff_mark.state(request, parse_rate("5/s", BURST))
     recorder().rpush(runs_key(), json.dumps({"key": message["user_id"], "id": message["id"],
-                                             "t": time.time(), "pid": os.getpid()}))
+                                             "t": time.time(), "pid": os.getpid(),
+                                             "handoff": mark}))
 
 
 def read_starts(client: redis.Redis) -> list[dict[str, Any]]:
@@ -43,7 +49,7 @@ def read_starts(client: redis.Redis) -> list[dict[str, Any]]:
 @rate_limit(key=lambda m: m["user_id"], rate="5/s", burst=BURST)
 def rated_work(self: MessageTask, message: Any) -> None:
     """Record the start, then work ``payload["ms"]`` milliseconds."""
-    record(message)
+    record(message, self.request)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
 
 
@@ -52,8 +58,16 @@ def rated_work(self: MessageTask, message: Any) -> None:
 @rate_limit(key=lambda m: m["user_id"], rate="5/s", burst=BURST)
 def rated_locked_work(self: MessageTask, message: Any) -> None:
     """The same under the user's lock (lock outside, limit inside)."""
-    record(message)
+    record(message, self.request)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
+
+
+def least_span(n: int, rate: float = RATE, burst: int = BURST) -> float:
+    """Seconds ``n`` starts of one key take at least: their charges are spaced by the
+    rate (after the burst), and a start may come up to the lateness the rate forgives
+    after its charge (a job asked at hand-off, a copy back a moment late), less 50 ms
+    of the recorder's own timing."""
+    return (n - burst) / rate - forgiven_lateness(parse_rate(f"{rate:g}/s", burst)) - 0.05
 
 
 def window_violations(starts: list[dict[str, Any]], rate: float = RATE,
@@ -78,6 +92,20 @@ def window_violations(starts: list[dict[str, Any]], rate: float = RATE,
 @app.task(bind=True, base=MessageTask, name="tests.unrated_work")
 def unrated_work(self: MessageTask, message: Any) -> None:
     """The same job with no limit: what the workers can run (the benchmark's capacity)."""
+    record(message)
+    time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
+
+
+@app.task(bind=True, base=MessageTask, name="tests.floor_work")
+def floor_work(self: MessageTask, message: Any) -> None:
+    """The same job plus one Redis script call that decides nothing (``return 1``, on
+    the limiter's own connection): the floor of any check that asks Redis once a job."""
+    from routing.redis_client import get_redis
+    from tasks.flow.limiter import own_connection, pack
+
+    conn = own_connection(get_redis())
+    conn.send_packed_command([pack("EVAL", "return 1", 0)], check_health=False)
+    conn.read_response()
     record(message)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
 
