@@ -115,11 +115,7 @@ def figures(starts: list[dict[str, Any]], sent: list[dict[str, Any]], busy: int,
             "others_per_s": round(len(others) / span, 1) if span > 0 else None,
             "allowed_per_s": allowed,
             "busy_returns": busy,
-            "busy_returns_per_job": round(busy / len(sent), 4) if sent else 0.0,
-            # how each start's limit was asked (tasks/flow/handoff.py): at hand-off
-            # ("fresh"), at hand-off but started late ("late"), in the pool process (None)
-            "asked": {str(k): sum(1 for s in starts if s.get("handoff") == k)
-                      for k in ("fresh", "late", None)}}
+            "busy_returns_per_job": round(busy / len(sent), 4) if sent else 0.0}
 
 
 def order_inversions(starts: list[dict[str, Any]], sent: list[dict[str, Any]]

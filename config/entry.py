@@ -11,7 +11,7 @@ still be able to list every bad variable.
 ``recur status`` does not import ``tasks`` at all: its command lives in
 scheduler/status/ and runs on a group of its own, so the command costs the store's,
 the broker's and Redis' drivers, not the Celery app (docs/operations.md); what
-those drivers import and the command never uses is left out (:func:`lean_status_imports`).
+those drivers import and the command never uses is left out (UNUSED_BY_STATUS).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from config.absent_imports import absent
 from config.errors import EXIT_ERROR, ConfigError, one_line
 from config.settings_report import settings_report
 
@@ -34,17 +35,6 @@ __all__ = ["EXIT_ERROR", "main"]
 UNUSED_BY_STATUS = ("opentelemetry.sdk.metrics", "opentelemetry.metrics", "yaml")
 
 
-def lean_status_imports() -> None:
-    """Make the imports in UNUSED_BY_STATUS fail as if not installed (a None in
-    ``sys.modules``; one already imported is left alone), and turn the cyclic garbage
-    collector off: its passes over the objects the imports create were ~10 % of the
-    wall time, and a command this short leaves the little it would free to its exit.
-    Only in ``recur status``, which never traces, exports metrics nor serializes."""
-    gc.disable()
-    for name in UNUSED_BY_STATUS:
-        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     """Run ``recur`` with ``argv`` (default: the command line)."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -52,10 +42,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         command = [a for a in args if a != "--debug"][:1]
         if command == ["status"]:
-            lean_status_imports()
-            from scheduler.status.command import alone
+            # The cyclic collector's passes over what the imports create were ~10 % of
+            # the wall time; a command this short leaves the little it frees to its exit.
+            gc.disable()
+            with absent(UNUSED_BY_STATUS):  # config/absent_imports.py
+                from scheduler.status.command import alone
 
-            alone().main(args, prog_name="recur", standalone_mode=True)
+                alone().main(args, prog_name="recur", standalone_mode=True)
             return
         try:
             from tasks.cli import cli

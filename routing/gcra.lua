@@ -31,13 +31,7 @@
 -- ARGV[4]  the counters' label (a bucket; 'rate' for a destination)
 -- ARGV[5]  mode: '' (a start now, or a slot), 'deliver' (the same, counting busy
 --          returns), 'submit' (the job is being published: take its place in the
---          key's plan, a slot now or later, without starting it), 'handoff' (as
---          'deliver', asked by a worker's main process as it hands the job to its pool
---          (tasks/flow/handoff.py): a refusal is counted busy by the pool process, whose
---          own call then finds the slot reserved here), 'late' (a job allowed at
---          hand-off that reached its pool process later than the limit forgives: it
---          starts now if the real runs allow it, else takes the next slot after them as
---          a copy that missed its turn, at the head of the line it left at hand-off)
+--          key's plan, a slot now or later, without starting it)
 -- ARGV[6]  in mode 'deliver': ms within which the caller waits for its slot in place
 --          (such a refusal is not a busy return)
 -- ARGV[7]  ms of lateness forgiven: a reserved job that starts at most this long after
@@ -61,8 +55,6 @@ local field, granted_field = 'r:' .. ARGV[3], 'g:' .. ARGV[3]
 local h = redis.call('HMGET', KEYS[1], 'plan', 'run', field, granted_field, 'late')
 local plan, run, slot = tonumber(h[1]) or 0, tonumber(h[2]) or 0, tonumber(h[3])
 local granted, late = h[4], tonumber(h[5]) or 0
-local held = slot ~= nil  -- a reservation is counted as waiting
-if mode == 'late' and not slot then slot = 0 end  -- its slot (at hand-off) is long past
 
 local line = KEYS[3]
 -- A start leaves the line's expiry alone (``started``): it only shrinks the line, whose
@@ -99,9 +91,7 @@ local function count(kind, by)
 end
 
 local function refused(answer)
-  if (mode == 'deliver' or mode == 'late') and answer[2] > (tonumber(ARGV[6]) or 0) then
-    count('busy', 1)
-  end
+  if mode == 'deliver' and answer[2] > (tonumber(ARGV[6]) or 0) then count('busy', 1) end
   return answer
 end
 
@@ -154,7 +144,7 @@ if slot or granted then  -- its slot has come: it runs if the real runs allow it
     redis.call('HSET', KEYS[1], 'run', run_next)
     redis.call('HDEL', KEYS[1], field, granted_field)
     if line then redis.call('ZREM', line, ARGV[3]) end
-    if held then count('waiting', -1) end
+    if slot then count('waiting', -1) end
     keep(math.max(plan, run_next), true)
     return {1, 0, 0}
   end
@@ -164,12 +154,8 @@ if slot or granted then  -- its slot has come: it runs if the real runs allow it
   local at = math.max(run_next - tol, late + step)
   plan = math.max(plan, at + tol)
   redis.call('HSET', KEYS[1], field, at, 'late', at, 'plan', plan)
-  if mode == 'late' and line then  -- back at the head of the line it left at hand-off
-    local head = redis.call('ZRANGE', line, 0, 0, 'WITHSCORES')
-    redis.call('ZADD', line, (tonumber(head[2]) or now) - 1, ARGV[3])
-  end
   keep(plan)
-  if granted or not held then  -- it waits now: a reservation like a refused job's
+  if granted then  -- it waits now: a reservation like a refused job's
     redis.call('HDEL', KEYS[1], granted_field)
     count('deferred', 1)
     count('waiting', 1)

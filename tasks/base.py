@@ -41,9 +41,6 @@ class MessageTask(Task):  # type: ignore[misc]
     #: Reports a parked locked job as ``task-parked``, not a success (tasks/distlock); a
     #: stored job's copy is not discarded for its revoked job key (tasks/revoke.py).
     Request = "tasks.revoke:StoreAwareRequest"
-    #: A job limited first has its limit asked as it is handed to the pool, several jobs
-    #: in one Redis round trip (tasks/flow/handoff.py); any other, Celery's own strategy.
-    Strategy = "tasks.flow.handoff:strategy"
     #: The task recurs by its message's payload schedule (routing/recurrence.py),
     #: which ``apply_async`` then checks.
     recurs_by_payload = False

@@ -57,8 +57,9 @@ Execute = Callable[[str, Any, dict[str, Any]], tuple[Any, int]]
 
 
 def counters() -> Any:
-    """scheduler.metrics (its counters), imported when a count is due: reading the store
-    (``recur status``) needs no prometheus_client; a worker has it loaded already."""
+    """scheduler.metrics (its counters), imported when a count is due: a process that only
+    reads the store (``recur status``) never loads it (its counters are lazy too:
+    config/lazy_metrics.py)."""
     from scheduler import metrics
 
     return metrics

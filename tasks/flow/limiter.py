@@ -5,13 +5,12 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from config import keys
@@ -44,49 +43,14 @@ def take(client: redis.Redis, prefix: str, key: str, job: str, bucket: str,
     (now: it starts on arrival if the real runs allow; later: a reserved slot). A placed
     job starts only once every job placed before it started (the key's line), or that
     job is ``line_grace`` seconds (default LINE_GRACE_MS) past its slot."""
-    args = take_args(prefix, key, job, bucket, rate, mode, near, forgive, line_grace)
-    with redis_errors("rate limit of %s", key, error=ServiceUnavailable):
-        return decision_of(evalsha(client, *args))
-
-
-def take_args(prefix: str, key: str, job: str, bucket: str, rate: Rate,
-              mode: str = "deliver", near: float = 0.0, forgive: float = 0.0,
-              line_grace: float | None = None) -> tuple[Any, ...]:
-    """gcra.lua's keys then arguments for :func:`take`'s call (its docstring says what
-    each means)."""
     hashed = keys.rate_limit(prefix, key)
-    return (hashed, keys.rate_stats(prefix), hashed + ":line", repr(rate.interval_ms),
-            rate.burst, job, bucket, mode, repr(near * 1000.0), repr(forgive * 1000.0),
+    with redis_errors("rate limit of %s", key, error=ServiceUnavailable):
+        allowed, wait_ms, reserved = evalsha(
+            client, hashed, keys.rate_stats(prefix), hashed + ":line",
+            repr(rate.interval_ms), rate.burst, job, bucket, mode, repr(near * 1000.0),
+            repr(forgive * 1000.0),
             LINE_GRACE_MS if line_grace is None else repr(line_grace * 1000.0))
-
-
-def decision_of(reply: Any) -> Decision:
-    allowed, wait_ms, reserved = reply
     return Decision(bool(allowed), int(wait_ms) / 1000.0, bool(reserved))
-
-
-def take_many(client: redis.Redis, calls: Sequence[tuple[Any, ...]]
-              ) -> list[Decision | None]:
-    """Several :func:`take` calls (their :func:`take_args`) in one round trip: one write
-    of every EVALSHA, then their replies in order, on this thread's own connection.
-    None for a call Redis did not answer (down, the script not loaded after a restart:
-    it is loaded for the next batch); the caller decides those one by one."""
-    conn, reload = own_connection(client), False
-    out: list[Decision | None] = [None] * len(calls)
-    try:
-        conn.send_packed_command([pack("EVALSHA", GCRA.sha, 3, *args) for args in calls],
-                                 check_health=False)
-        for i in range(len(calls)):
-            try:
-                out[i] = decision_of(conn.read_response())
-            except ResponseError as exc:  # this call's error: the next replies still come
-                reload = reload or isinstance(exc, NoScriptError)
-        if reload:  # Redis restarted: the script is loaded once every reply is read
-            conn.send_command("SCRIPT", "LOAD", GCRA.text)
-            GCRA.sha = str(conn.read_response())
-    except (redis.RedisError, OSError):
-        conn.disconnect()  # replies may be left unread: the next call reconnects
-    return out
 
 
 def evalsha(client: redis.Redis, *keys_then_args: Any) -> Any:

@@ -36,7 +36,7 @@ from config.settings import settings
 from routing.redis_client import get_redis
 from scheduler.bounds import Limits, job_key_problem
 from scheduler.wire import dispatch_of
-from tasks.flow import handoff_mark, limiter
+from tasks.flow import limiter
 from tasks.flow.rates import Rate, parse_rate
 from tasks.flow.wait import send_back
 
@@ -96,24 +96,9 @@ def rate_limit(key: Callable[[Any], Any], rate: str, burst: int | None = None
             return deferred if deferred is not None else fn(task, *args, **kwargs)
 
         run_limited.__rate_limit__ = spec  # type: ignore[attr-defined]
-        # Itself: a wrapper put over it (@user_lock) copies this and so is not it, and
-        # only a limit asked first may be asked at hand-off (tasks/flow/handoff.py).
-        run_limited.__rate_limit_fn__ = run_limited  # type: ignore[attr-defined]
         return run_limited  # type: ignore[return-value]
 
     return decorate
-
-
-def identity(spec: RateSpec, request: Any, message: Any) -> tuple[str, str, str]:
-    """A delivery's limited key, bucket and job (its job key if the scheduler dispatched
-    it, else its message id); InvalidMessage if the message cannot be keyed."""
-    if not isinstance(message, dict):
-        raise InvalidMessage("message", "a rate-limited task's first argument must be "
-                             "its message")
-    key = spec.key_of(message)
-    dispatch = dispatch_of(request)
-    job = dispatch.job_key if dispatch is not None else str(message["id"])
-    return key, str(message.get("bucket") or message.get("kind") or ""), job
 
 
 class LimitedCall:
@@ -122,17 +107,17 @@ class LimitedCall:
     def __init__(self, spec: RateSpec, task: Any, args: Any, kwargs: Any) -> None:
         self.spec, self.task, self.args, self.kwargs = spec, task, args, kwargs
         self.message = args[0] if args else (kwargs or {}).get("message")
-        #: The job's identity across its deferrals (job): the row it is (or becomes).
-        self.key, self.bucket, self.job = identity(spec, task.request, self.message)
-        #: How the next call asks: ``late`` once for a job allowed at hand-off long ago.
-        self.mode = "deliver"
+        if not isinstance(self.message, dict):
+            raise InvalidMessage("message", "a rate-limited task's first argument must be "
+                                 "its message")
+        self.key = spec.key_of(self.message)
+        self.bucket = str(self.message.get("bucket") or self.message.get("kind") or "")
+        dispatch = dispatch_of(task.request)
+        #: The job's identity across its deferrals: the row it is (or becomes).
+        self.job = dispatch.job_key if dispatch is not None else str(self.message["id"])
 
     def deferred(self) -> str | None:
         """None when the job may start now; else what the deferred delivery returns."""
-        mark = handoff_mark.state(self.task.request, self.spec.rate)
-        if mark == "fresh":
-            return None  # the worker's main process took its slot as it handed it over
-        self.mode = "late" if mark == "late" else "deliver"
         try:
             decision = self.ask()
         except ServiceUnavailable as exc:
@@ -162,7 +147,6 @@ class LimitedCall:
         return decision
 
     def take(self) -> limiter.Decision:
-        mode, self.mode = self.mode, "deliver"  # a late start's slot is then reserved
         return limiter.take(get_redis(), settings().key_prefix, self.key, self.job,
-                            self.bucket, self.spec.rate, mode=mode, near=SLEEP_AT_MOST,
+                            self.bucket, self.spec.rate, near=SLEEP_AT_MOST,
                             forgive=limiter.forgiven_lateness(self.spec.rate))

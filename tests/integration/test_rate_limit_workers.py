@@ -1,12 +1,10 @@
 """@rate_limit with real workers and a real scheduler: one key's jobs start no faster
 than its rate in every 1-second window across two worker processes, in the order they
 were published, every job runs once, other keys are not held up, and it composes with
-@user_lock. A limit asked first is asked as the worker hands the job to its pool; a
-publisher's header that imitates that mark skips nothing."""
+@user_lock."""
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -15,7 +13,6 @@ from typing import Any
 import pytest
 import redis
 
-from tasks.flow.handoff_mark import HEADER
 from tests.support.fixtures import spawn_worker
 from tests.support.processes import wait_for
 from tests.support.rate_tasks import (
@@ -82,39 +79,3 @@ def test_one_keys_jobs_start_at_its_rate_and_other_keys_are_not_held_up(
     quiet_times = [s["t"] for s in starts if s["key"] in quiet]
     assert max(quiet_times) - first < 2.0  # not behind the hot key's wait
 
-
-@pytest.mark.parametrize("task", [rated_work, rated_locked_work], ids=["alone", "locked"])
-def test_a_publishers_imitation_of_the_hand_off_mark_skips_no_limit(
-        task: Any, celery_app: Any, fresh_pg_url: str, redis_client: redis.Redis,
-        tmp_path: Path, start_scheduler: Any) -> None:
-    """Alone, the limit is asked by the worker's main process as it hands each job to
-    the pool (tasks/flow/handoff.py), which marks the job for its pool process; under
-    the lock it is asked in the pool process. Either way a job sent with a header that
-    looks like the mark waits for its slot like any other."""
-    hot, n_hot = f"forged-{uuid.uuid4().hex[:6]}", 10
-    warm = message(f"warm-{uuid.uuid4().hex[:6]}", 0)
-    worker = run_rig(celery_app, fresh_pg_url, tmp_path, start_scheduler)
-    try:
-        task.apply_async((warm,))  # the pool runs a job: the next ones are asked at hand-off
-        wait_for(lambda: warm["id"] in {s["id"] for s in read_starts(redis_client)}, 60,
-                 "the first job's start")
-        forged = {HEADER: f"{'0' * 32}:{time.time()!r}"}
-        sent = [message(hot, i) for i in range(n_hot)]
-        for msg in sent:
-            task.apply_async((msg,), headers=forged)
-        own = {m["id"] for m in sent}
-        wait_for(lambda: len({s["id"] for s in read_starts(redis_client)} & own) >= n_hot,
-                 60, "every job's start")
-    finally:
-        worker.stop()
-    starts = sorted((s for s in read_starts(redis_client) if s["id"] in own),
-                    key=lambda s: s["t"])
-    assert Counter(s["id"] for s in starts) == Counter(own)
-    assert window_violations(starts) == {}
-    assert starts[-1]["t"] - starts[0]["t"] >= least_span(n_hot)
-    assert [s["id"] for s in starts] == [m["id"] for m in sent]
-    asked = [s["handoff"] for s in starts]
-    if task is rated_work:  # asked at hand-off (a job refused there is asked again in
-        assert "fresh" in asked  # its process when it comes back, if its slot is near)
-    else:  # asked in the pool process: the imitation is no mark of this worker's
-        assert set(asked) == {None}

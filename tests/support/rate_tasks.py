@@ -18,7 +18,7 @@ from config.settings import settings
 from tasks.app import app
 from tasks.base import MessageTask
 from tasks.distlock import user_lock
-from tasks.flow import handoff_mark, rate_limit
+from tasks.flow import rate_limit
 from tasks.flow.limiter import forgiven_lateness
 from tasks.flow.rates import parse_rate
 from tests.support.recorder import recorder
@@ -32,13 +32,9 @@ def runs_key() -> str:
     return f"{settings().key_prefix}:test:rated:runs"
 
 
-def record(message: Any, request: Any = None) -> None:
-    """``handoff``: how the start's limit was asked (tasks/flow/handoff_mark.py state:
-    "fresh" at hand-off, "late", or None: in the pool process)."""
-    mark = None if request is None else handoff_mark.state(request, parse_rate("5/s", BURST))
+def record(message: Any) -> None:
     recorder().rpush(runs_key(), json.dumps({"key": message["user_id"], "id": message["id"],
-                                             "t": time.time(), "pid": os.getpid(),
-                                             "handoff": mark}))
+                                             "t": time.time(), "pid": os.getpid()}))
 
 
 def read_starts(client: redis.Redis) -> list[dict[str, Any]]:
@@ -49,7 +45,7 @@ def read_starts(client: redis.Redis) -> list[dict[str, Any]]:
 @rate_limit(key=lambda m: m["user_id"], rate="5/s", burst=BURST)
 def rated_work(self: MessageTask, message: Any) -> None:
     """Record the start, then work ``payload["ms"]`` milliseconds."""
-    record(message, self.request)
+    record(message)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
 
 
@@ -58,15 +54,14 @@ def rated_work(self: MessageTask, message: Any) -> None:
 @rate_limit(key=lambda m: m["user_id"], rate="5/s", burst=BURST)
 def rated_locked_work(self: MessageTask, message: Any) -> None:
     """The same under the user's lock (lock outside, limit inside)."""
-    record(message, self.request)
+    record(message)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
 
 
 def least_span(n: int, rate: float = RATE, burst: int = BURST) -> float:
     """Seconds ``n`` starts of one key take at least: their charges are spaced by the
     rate (after the burst), and a start may come up to the lateness the rate forgives
-    after its charge (a job asked at hand-off, a copy back a moment late), less 50 ms
-    of the recorder's own timing."""
+    after its charge (a copy back a moment late), less 50 ms of the recorder's timing."""
     return (n - burst) / rate - forgiven_lateness(parse_rate(f"{rate:g}/s", burst)) - 0.05
 
 
