@@ -122,6 +122,7 @@ def run_mode(mode: str, keys: int, jobs: int, timeout: float, celery_seconds: fl
     others = sum(1 for m in sent if m["user_id"] != "hot")
     window = celery_seconds if mode.startswith("celery") else None
     try:
+        calls_before = script_calls(client)
         with meter.measuring():
             if window is not None:  # Celery's limits take far longer: a window of them
                 wait_until(lambda: bool(client.llen(_runs())), timeout)
@@ -136,14 +137,26 @@ def run_mode(mode: str, keys: int, jobs: int, timeout: float, celery_seconds: fl
         for worker in workers:
             worker.stop()
         sched.stop()
+    calls = script_calls(client) - calls_before
     counts = all_counts(client, prefix)
     busy = sum(n for (kind, _), n in counts.items() if kind == "busy")
     out = {"mode": mode, "task": TASKS[mode], "publish_s": round(published_s, 1),
            **figures(read_starts(client), sent, busy, keys * RATE, window),
            "slotted_at_publish": sum(n for (kind, _), n in counts.items() if kind == "slotted"),
+           # Redis script calls per job while the workers ran (EVALSHA and EVAL, from
+           # every client of the shared Redis: 1.0 is one limit call a job, more are
+           # retakes after a near refusal, or other work on the same Redis)
+           "script_calls_per_job": round(calls / len(sent), 3) if sent else 0.0,
            "cpu_s": meter.used, "load_1m": round(os.getloadavg()[0], 2)}
     print(out, flush=True)
     return out
+
+
+def script_calls(client: Any) -> int:
+    """EVALSHA and EVAL calls the Redis server has answered so far."""
+    stats = client.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+               for name in ("evalsha", "eval"))
 
 
 def _runs() -> str:
