@@ -8,47 +8,32 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 from scheduler.store import DueStore, Job
 from scheduler.store import estimate_queries as q
-from scheduler.store.connection import make_engine
 from scheduler.store.estimates import HEAD_CAP, MINUTE_CAP, PROBES_PER_MINUTE
-from scheduler.store.migrate import upgrade
 from tests.integration.test_cli_errors import run_recur
 from tests.support.scheduler_support import recurring_jobs
-from tests.support.store_fixtures import PG_DSN
+from tests.support.store_fixtures import own_pg_schema, run_pg
 
 pytestmark = pytest.mark.services
 
 DUE, LATER, BURST = HEAD_CAP + 200, 3, MINUTE_CAP + 150
 
 
-def _pg(sql: str) -> None:
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(sql)
-
-
 @pytest.fixture
 def new_pg_url() -> Iterator[str]:
     """A migrated PostgreSQL schema of this test's own: its table never analyzed."""
-    schema = f"recur_status_{uuid.uuid4().hex[:8]}"
-    _pg(f"CREATE SCHEMA {schema}")
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    _pg(f"ALTER TABLE {schema}.due_jobs SET (autovacuum_enabled = false)")  # no autoanalyze
-    yield url
-    _pg(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with own_pg_schema("recur_status") as (schema, url):
+        run_pg(f"ALTER TABLE {schema}.due_jobs SET (autovacuum_enabled = false)")  # no analyze
+        yield url
 
 
 def spread(jobs: list[Job], first: datetime, step: timedelta) -> list[Job]:
@@ -116,7 +101,7 @@ def test_postgresql_estimates_past_the_cap_and_counts_behind_exact(
         doc["due_histogram"]["short"][m] >= MINUTE_CAP // PROBES_PER_MINUTE for m in minutes)
     assert_exact(status(new_pg_url, tmp_path, "--exact"))
 
-    _pg(f"ANALYZE {new_pg_url.rsplit('%3D', 1)[1]}.due_jobs")
+    run_pg(f"ANALYZE {new_pg_url.rsplit('%3D', 1)[1]}.due_jobs")
     doc = status(new_pg_url, tmp_path)
     short = buckets(doc)["short"]
     assert short["estimated"] == ["scheduled"] and short["at_least"] == ["due_now"]
@@ -160,7 +145,7 @@ def _plan(url: str, stmt: Any, params: dict[str, Any]) -> str:
 def test_the_probes_read_the_due_time_indexes_not_the_table(
         which: str, live_services: None, new_pg_url: str) -> None:
     fill(new_pg_url)
-    _pg(f"ANALYZE {new_pg_url.rsplit('%3D', 1)[1]}.due_jobs")
+    run_pg(f"ANALYZE {new_pg_url.rsplit('%3D', 1)[1]}.due_jobs")
     now = datetime.now(UTC)
     stmt, params = ((q.HEAD_PROBE, {"bucket": "short", "now": now, "cap": HEAD_CAP})
                     if which == "head" else

@@ -5,48 +5,33 @@ same values DueStore reads, no SQLAlchemy imported, and a store it cannot use is
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from config.buckets_in_use import bucket_table
 from scheduler.store import DueStore
-from scheduler.store.connection import make_engine
 from scheduler.store.control import JobControl
 from scheduler.store.due_histogram import MINUTES_AHEAD
 from scheduler.store.estimates import bounded_histogram, bounded_stats
 from scheduler.store.fair import FairRows
-from scheduler.store.migrate import upgrade
 from scheduler.store.status_reader import StatusReader
 from tests.integration.test_cli_errors import error_lines, run_recur
 from tests.integration.test_status_cli import run_python
 from tests.support.scheduler_support import recurring_jobs
-from tests.support.store_fixtures import PG_DSN
+from tests.support.store_fixtures import own_pg_schema, run_pg
 
 pytestmark = pytest.mark.services
-
-
-def _pg(sql: str) -> None:
-    with psycopg.connect(PG_DSN, autocommit=True) as conn:
-        conn.execute(sql)
 
 
 @pytest.fixture
 def schema_url() -> Iterator[tuple[str, str]]:
     """A migrated PostgreSQL schema of this test's own, and its URL."""
-    schema = f"recur_reader_{uuid.uuid4().hex[:8]}"
-    _pg(f"CREATE SCHEMA {schema}")
-    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
-    engine = make_engine(url)
-    upgrade(engine)
-    engine.dispose()
-    yield schema, url
-    _pg(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    with own_pg_schema("recur_reader") as found:
+        yield found
 
 
 def fill(schema: str, url: str, now: datetime) -> None:
@@ -61,18 +46,18 @@ def fill(schema: str, url: str, now: datetime) -> None:
     finally:
         store.close()
     s = schema
-    _pg(f"UPDATE {s}.due_jobs SET state = 1, due_at = due_at + interval '10 minutes' "
+    run_pg(f"UPDATE {s}.due_jobs SET state = 1, due_at = due_at + interval '10 minutes' "
         f"WHERE job_key IN (SELECT job_key FROM {s}.due_jobs ORDER BY job_key LIMIT 30)")
-    _pg(f"INSERT INTO {s}.due_set_aside SELECT job_key, bucket, 'refused', now() FROM "
+    run_pg(f"INSERT INTO {s}.due_set_aside SELECT job_key, bucket, 'refused', now() FROM "
         f"{s}.due_jobs WHERE state = 0 ORDER BY job_key DESC LIMIT 7")
-    _pg(f"UPDATE {s}.due_jobs SET state = 2 WHERE job_key IN (SELECT job_key FROM "
+    run_pg(f"UPDATE {s}.due_jobs SET state = 2 WHERE job_key IN (SELECT job_key FROM "
         f"{s}.due_set_aside)")
-    _pg(f"UPDATE {s}.due_jobs SET turn = 1 + abs(hashtext(job_key)) % 2 WHERE job_key IN "
+    run_pg(f"UPDATE {s}.due_jobs SET turn = 1 + abs(hashtext(job_key)) % 2 WHERE job_key IN "
         f"(SELECT job_key FROM {s}.due_jobs WHERE state = 0 AND bucket = 'short' AND "
         f"due_at < now() ORDER BY job_key LIMIT 20)")
-    _pg(f"INSERT INTO {s}.due_counters VALUES ('short', 'leases_recovered', 4), "
+    run_pg(f"INSERT INTO {s}.due_counters VALUES ('short', 'leases_recovered', 4), "
         f"('long', 'dead_lettered', 2), ('short', 'fair_dealt', 20)")
-    _pg(f"ANALYZE {s}.due_jobs")
+    run_pg(f"ANALYZE {s}.due_jobs")
 
 
 @pytest.mark.parametrize("cap", [8, 5_000], ids=["capped", "exact"])
@@ -119,9 +104,9 @@ def test_a_store_it_cannot_use_is_one_line_and_the_rest_is_read(
         schema_url: tuple[str, str], damage: str, tmp_path: Path, live_services: None) -> None:
     schema, url = schema_url
     if damage == "old revision":
-        _pg(f"UPDATE {schema}.recur_schema_version SET version_num = '0001'")
+        run_pg(f"UPDATE {schema}.recur_schema_version SET version_num = '0001'")
     else:
-        _pg(f"DROP INDEX {schema}.ix_due_jobs_dealt_due")
+        run_pg(f"DROP INDEX {schema}.ix_due_jobs_dealt_due")
     result = run_recur(["status", "--json"], {"RECUR_DATABASE_URL": url}, tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     doc = json.loads(result.stdout)

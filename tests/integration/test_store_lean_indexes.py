@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import Engine, text
 
 from config.errors import SchemaOutOfDate, StoreError, StoreUnavailable
 from scheduler.store.bulk_indexes import build_indexes, build_missing, defer_indexes
@@ -133,13 +133,20 @@ def sqlstate(error: BaseException) -> str:
     return str(getattr(getattr(cause, "orig", cause), "sqlstate", ""))
 
 
-def test_a_failed_build_is_one_error_naming_what_is_still_missing(
-        scratch_pg: str) -> None:  # noqa: F811
-    engine = make_engine(scratch_pg)
+def loaded_without_indexes(url: str, rows: int) -> tuple[Engine, dict[str, str]]:
+    """A migrated store whose secondary indexes a seed deferred, ``rows`` loaded into it;
+    its engine and the indexes as the migrations build them."""
+    engine = make_engine(url)
     upgrade(engine)
     built = predicates(engine)
-    assert sorted(defer_indexes(scratch_pg)) == sorted(secondary_indexes())
-    fill(scratch_pg, 2000)
+    assert sorted(defer_indexes(url)) == sorted(secondary_indexes())
+    fill(url, rows)
+    return engine, built
+
+
+def test_a_failed_build_is_one_error_naming_what_is_still_missing(
+        scratch_pg: str) -> None:  # noqa: F811
+    engine, built = loaded_without_indexes(scratch_pg, 2000)
     with engine.begin() as conn:  # args the user index cannot parse, loaded without it
         conn.execute(text("INSERT INTO due_jobs (job_key, task_id, bucket, args, due_at) "
                           "VALUES ('bad', 1, 'short', '[not json', now())"))
@@ -176,11 +183,7 @@ def test_a_failed_build_is_one_error_naming_what_is_still_missing(
 
 def test_a_build_that_times_out_on_a_lock_names_what_is_still_missing(
         scratch_pg: str) -> None:  # noqa: F811
-    engine = make_engine(scratch_pg)
-    upgrade(engine)
-    built = predicates(engine)
-    assert sorted(defer_indexes(scratch_pg)) == sorted(secondary_indexes())
-    fill(scratch_pg, 100)
+    engine, built = loaded_without_indexes(scratch_pg, 100)
     impatient = f"{scratch_pg}%20-clock_timeout%3D200"  # as a role's lock_timeout would
     with engine.begin() as writer:  # a writer holds the table all through the build
         writer.execute(text("LOCK TABLE due_jobs IN ROW EXCLUSIVE MODE"))

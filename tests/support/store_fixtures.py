@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +28,39 @@ PG_SCHEMA = f"recur_test_{services.RUN_ID}"
 PG_URL = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{PG_SCHEMA}"
 
 
-def _pg(sql: str) -> None:
+def run_pg(sql: str) -> None:
+    """Run ``sql`` on the shared PostgreSQL (database ``test``), autocommit."""
     with psycopg.connect(PG_DSN, autocommit=True) as conn:
         conn.execute(sql)
+
+
+@contextmanager
+def own_pg_schema(prefix: str) -> Iterator[tuple[str, str]]:
+    """A migrated PostgreSQL schema of one test's own and its store URL: for a test that
+    changes the schema itself (its statistics, its indexes, its version); dropped after."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    run_pg(f"CREATE SCHEMA {schema}")
+    url = f"postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3D{schema}"
+    try:
+        engine = make_engine(url)
+        upgrade(engine)
+        engine.dispose()
+        yield schema, url
+    finally:
+        run_pg(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """This run's own migrated PostgreSQL schema; dropped at the end of the run."""
     services.ensure_services()
-    _pg(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
-    _pg(f"CREATE SCHEMA {PG_SCHEMA}")
+    run_pg(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+    run_pg(f"CREATE SCHEMA {PG_SCHEMA}")
     engine = make_engine(PG_URL)
     upgrade(engine)
     engine.dispose()
     yield PG_URL
-    _pg(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
+    run_pg(f"DROP SCHEMA IF EXISTS {PG_SCHEMA} CASCADE")
 
 
 @pytest.fixture
@@ -49,14 +68,14 @@ def own_pg_database() -> Iterator[str]:
     """A migrated store in a PostgreSQL database of its own (not a schema of
     ``test``), for a test that reads per-database server views (pg_stat_activity)."""
     name = f"recur_own_{services.RUN_ID}"
-    _pg(f"DROP DATABASE IF EXISTS {name}")
-    _pg(f"CREATE DATABASE {name}")
+    run_pg(f"DROP DATABASE IF EXISTS {name}")
+    run_pg(f"CREATE DATABASE {name}")
     url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
     engine = make_engine(url)
     upgrade(engine)
     engine.dispose()
     yield url
-    _pg(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    run_pg(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 @pytest.fixture(scope="session")
@@ -70,7 +89,7 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def empty_pg(url: str) -> None:
-    _pg(f"TRUNCATE {PG_SCHEMA}.due_jobs, {PG_SCHEMA}.due_counters, {PG_SCHEMA}.bucket_pauses, "
+    run_pg(f"TRUNCATE {PG_SCHEMA}.due_jobs, {PG_SCHEMA}.due_counters, {PG_SCHEMA}.bucket_pauses, "
         f"{PG_SCHEMA}.due_set_aside")
 
 
