@@ -62,13 +62,14 @@ def kill_one_backend(pg: PrivatePostgres) -> None:
     conn.close()
 
 
-def accepting(pg: PrivatePostgres) -> bool:
+def last_checkpoint(pg: PrivatePostgres) -> Any:
+    """The server's last checkpoint (its WAL position); None while it is not answering."""
     try:
         with psycopg.connect(dsn(pg), connect_timeout=2) as conn:
-            conn.execute("SELECT 1")
-        return True
+            row = conn.execute("SELECT checkpoint_lsn FROM pg_control_checkpoint()").fetchone()
+        return None if row is None else row[0]
     except psycopg.OperationalError:
-        return False
+        return None
 
 
 def dispatched_after_run(store: DueStore, ids: list[str], runs_file: Path) -> int:
@@ -104,8 +105,12 @@ def test_settles_a_backend_crash_lost_are_written_again(
         wait_for(lambda: len(runs()) >= JOBS, 60, "every first run", interval=0.05)
         os.killpg(worker.proc.pid, signal.SIGSTOP)  # its journal waits until we looked
         try:
+            checkpoint = last_checkpoint(pg)
             kill_one_backend(pg)
-            wait_for(lambda: accepting(pg), 60, "the server back from crash recovery")
+            # Accepting right after the kill may be before the postmaster began recovery:
+            # recovery from a crash ends with a checkpoint of its own.
+            wait_for(lambda: last_checkpoint(pg) not in (None, checkpoint), 60,
+                     "the server back from crash recovery")
             assert postmaster(pg) == before, "the postmaster restarted: not the case tested"
             back = time.monotonic()
             store = DueStore.open(pg.url)
