@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +19,7 @@ from config import keys
 from config.errors import ServiceUnavailable
 from routing.rate_counters import all_counts as all_counts  # re-exported: recur status
 from routing.rate_counters import counters as counters  # reads them without tasks
-from routing.redis_client import GCRA, redis_errors
+from routing.redis_client import GCRA, POOL_WAIT, redis_errors
 from tasks.flow.rates import Rate
 
 
@@ -54,39 +56,91 @@ def take(client: redis.Redis, prefix: str, key: str, job: str, bucket: str,
 
 
 def evalsha(client: redis.Redis, *keys_then_args: Any) -> Any:
-    """gcra.lua on three keys, on this process's own connection to the client's Redis,
-    the command packed here: about half the client CPU of redis-py's command path (pool,
-    retry wrapper, generic packing), which is most of what a limit costs a no-op job.
+    """gcra.lua on three keys, on one of this process's own connections to the client's
+    Redis, the command packed here: about half the client CPU of redis-py's command path
+    (pool, retry wrapper, generic packing), which is most of what a limit costs a no-op job.
     As redis-py would: a dead connection (Redis restarted) is reconnected once, NOSCRIPT
     loads the script and runs it again."""
-    conn = own_connection(client)
-    for attempt in range(3):
-        try:
-            conn.send_packed_command([pack("EVALSHA", GCRA.sha, 3, *keys_then_args)],
-                                     check_health=False)
-            return conn.read_response()
-        except NoScriptError:
-            if attempt == 2:
-                raise
-            conn.send_command("SCRIPT", "LOAD", GCRA.text)
-            GCRA.sha = str(conn.read_response())
-        except (RedisConnectionError, RedisTimeoutError):
-            conn.disconnect()
-            if attempt:
-                raise
+    own = own_connections(client)
+    with own.held() as conn:
+        for attempt in range(3):
+            try:
+                conn.send_packed_command([pack("EVALSHA", GCRA.sha, 3, *keys_then_args)],
+                                         check_health=False)
+                return conn.read_response()
+            except NoScriptError:
+                if attempt == 2:
+                    raise
+                conn.send_command("SCRIPT", "LOAD", GCRA.text)
+                GCRA.sha = str(conn.read_response())
+            except (RedisConnectionError, RedisTimeoutError):
+                conn.disconnect()
+                if attempt:
+                    raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-_OWN: dict[tuple[int, int, int], Any] = {}
+#: The limiter's connections a process holds at most (each call holds one for its round
+#: trip): the io bucket's 200 threads share them instead of opening one each.
+OWN_CONNECTIONS = 16
 
 
-def own_connection(client: redis.Redis) -> Any:
-    """One connection per process (a forked child makes its own), thread and client."""
-    at = (os.getpid(), threading.get_ident(), id(client))
+class OwnConnections:
+    """A process's own connections to one client's Redis, each lent for one call.
+
+    A connection per thread held 200 idle connections (~70 KB each with its read buffer)
+    in an io worker; a call takes a free one, or opens one while fewer than
+    OWN_CONNECTIONS exist, or waits for one. A call that ends in anything but an answer
+    or a Redis error leaves its connection closed: a reply it did not read must not be
+    read by the next call."""
+
+    def __init__(self, client: redis.Redis, limit: int = OWN_CONNECTIONS) -> None:
+        self._pool = client.connection_pool
+        self._free: list[Any] = []
+        self._limit = limit
+        self._slots = threading.BoundedSemaphore(limit)
+
+    def _make(self) -> Any:
+        """A new connection, named in ``CLIENT LIST`` by the process it belongs to."""
+        pool = self._pool
+        return pool.connection_class(
+            **{**pool.connection_kwargs, "client_name": f"recur-limit-{os.getpid()}"})
+
+    @contextmanager
+    def held(self) -> Iterator[Any]:
+        """A connection of this process's own for one call."""
+        if not self._slots.acquire(timeout=POOL_WAIT):
+            raise RedisConnectionError(
+                f"no free rate-limit connection in {POOL_WAIT} s ({self._limit} in use)")
+        try:
+            try:
+                conn = self._free.pop()
+            except IndexError:
+                conn = self._make()
+            try:
+                yield conn
+            except redis.RedisError:
+                raise  # its reply was read (or it was disconnected): reusable
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                self._free.append(conn)
+        finally:
+            self._slots.release()
+
+
+_OWN: dict[tuple[int, int], OwnConnections] = {}
+_OWN_LOCK = threading.Lock()
+
+
+def own_connections(client: redis.Redis) -> OwnConnections:
+    """This process's (a forked child makes its own) connections for ``client``."""
+    at = (os.getpid(), id(client))
     found = _OWN.get(at)
     if found is None:
-        pool = client.connection_pool
-        found = _OWN[at] = pool.connection_class(**pool.connection_kwargs)
+        with _OWN_LOCK:
+            found = _OWN.setdefault(at, OwnConnections(client))
     return found
 
 

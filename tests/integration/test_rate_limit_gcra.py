@@ -5,16 +5,19 @@ key's expiry."""
 from __future__ import annotations
 
 import itertools
+import os
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import redis
 
 from config import keys
 from tasks.flow import counters, parse_rate
-from tasks.flow.limiter import Decision, all_counts, take
+from tasks.flow.limiter import OWN_CONNECTIONS, Decision, all_counts, own_connections, pack, take
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.services
@@ -237,3 +240,40 @@ def test_a_script_redis_does_not_know_is_loaded_and_the_call_answered(
         assert not ask(redis_client, prefix, "j1").allowed
     finally:
         GCRA.sha = real
+
+
+def _limiter_connections(client: redis.Redis) -> int:
+    name = f"recur-limit-{os.getpid()}"
+    return sum(1 for c in client.client_list() if c.get("name") == name)
+
+
+def test_many_threads_share_a_few_connections_and_every_call_is_answered(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """The io bucket's hundreds of threads: a connection per thread held 200 idle
+    connections in one worker; the calls now share at most OWN_CONNECTIONS."""
+    threads, calls = 64, 10
+    start = threading.Barrier(threads)
+
+    def caller(t: int) -> list[Decision]:
+        start.wait()
+        return [ask(redis_client, prefix, f"t{t}-{i}", rate="1000/s", burst=1000,
+                    key=f"k{t}") for i in range(calls)]
+
+    with ThreadPoolExecutor(threads) as pool:
+        answers = list(pool.map(caller, range(threads)))
+    assert all(d.allowed for got in answers for d in got)
+    assert sum(len(got) for got in answers) == threads * calls
+    assert 1 <= _limiter_connections(redis_client) <= OWN_CONNECTIONS
+
+
+def test_a_call_interrupted_after_sending_leaves_no_reply_for_the_next_call(
+        redis_client: redis.Redis, prefix: str) -> None:
+    """A call stopped between its command and its reply (KeyboardInterrupt, a time
+    limit's exception) must not hand that reply to the next call on the connection."""
+    own = own_connections(redis_client)
+    with pytest.raises(KeyboardInterrupt), own.held() as conn:
+        conn.send_packed_command([pack("EVAL", "return 'stale'", 0)], check_health=False)
+        raise KeyboardInterrupt
+    for i in range(2 * OWN_CONNECTIONS):  # whichever connection it gets
+        got = ask(redis_client, prefix, f"j{i}", rate="1000/s", burst=1000)
+        assert isinstance(got, Decision) and got.allowed

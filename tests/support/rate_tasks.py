@@ -96,11 +96,11 @@ def floor_work(self: MessageTask, message: Any) -> None:
     """The same job plus one Redis script call that decides nothing (``return 1``, on
     the limiter's own connection): the floor of any check that asks Redis once a job."""
     from routing.redis_client import get_redis
-    from tasks.flow.limiter import own_connection, pack
+    from tasks.flow.limiter import own_connections, pack
 
-    conn = own_connection(get_redis())
-    conn.send_packed_command([pack("EVAL", "return 1", 0)], check_health=False)
-    conn.read_response()
+    with own_connections(get_redis()).held() as conn:
+        conn.send_packed_command([pack("EVAL", "return 1", 0)], check_health=False)
+        conn.read_response()
     record(message)
     time.sleep(float((message.get("payload") or {}).get("ms", 0)) / 1000)
 
