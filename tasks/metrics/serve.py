@@ -17,14 +17,15 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from config.checks import is_loopback
 from config.errors import ConfigError
 from config.lazy_metrics import create_all
 from config.settings import Settings
 
-if TYPE_CHECKING:  # prometheus_client is imported when metrics are served (~2 MB)
+# prometheus_client (~2 MB) and wsgiref with http.server (~1 MB, 15 modules) are imported
+# when metrics are served: every worker imports this module, most serve nothing.
+if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import ThreadingWSGIServer
 
@@ -35,13 +36,6 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REALM = "recur metrics"
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
-
-
-class _QuietHandler(WSGIRequestHandler):
-    """No access log line per scrape on stderr."""
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 def require_basic_auth(app: WSGIApp, user: str, password: str) -> WSGIApp:
@@ -81,12 +75,20 @@ def _credentials(header: str) -> tuple[bytes, bytes]:
 
 def start_server(bind: str, port: int, app: WSGIApp) -> ThreadingWSGIServer:
     """Serve ``app`` on ``bind``:``port`` (IPv4 or IPv6) from a daemon thread."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
     from prometheus_client.exposition import ThreadingWSGIServer
+
+    class QuietHandler(WSGIRequestHandler):
+        """No access log line per scrape on stderr."""
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
 
     family = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0][0]
     server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
     server: ThreadingWSGIServer = make_server(bind, port, app, server_class,
-                                              handler_class=_QuietHandler)
+                                              handler_class=QuietHandler)
     threading.Thread(target=server.serve_forever, name="recur-metrics", daemon=True).start()
     return server
 
