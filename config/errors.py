@@ -80,6 +80,11 @@ class UnknownBucket(InvalidMessage):
     """The message names a bucket or kind that the bucket table does not define."""
 
 
+class ArgumentsMismatch(InvalidMessage, TypeError):
+    """The call's args/kwargs do not fit the task's signature (a TypeError too, as Celery's
+    own check raises); refused at ``apply_async`` whether the call is published or stored."""
+
+
 class UnknownDestination(InvalidMessage):
     """The resequencer destination is not configured (RECUR_DESTINATIONS)."""
 

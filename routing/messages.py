@@ -22,6 +22,10 @@ from config.settings import Settings, settings
 REQUIRED_STRINGS = ("id", "user_id")
 KNOWN_FIELDS = frozenset({"id", "user_id", "bucket", "kind", "payload"})
 MAX_ID_LENGTH = 200
+#: Deepest nesting of lists and objects in a payload: a worker hands a message to its
+#: pool (pickle) and to the result backend, whose recursion gives out far sooner than
+#: JSON's, and a payload that fails there stops the worker, not the message.
+MAX_PAYLOAD_DEPTH = 100
 
 
 class Message(TypedDict):
@@ -51,7 +55,24 @@ def encoded_payload_size(payload: Any) -> int:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidMessage("payload", f"not a JSON value ({exc})") from exc
+    except RecursionError:
+        raise InvalidMessage("payload", "nested too deeply to encode as JSON") from None
+    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and _too_deep(payload):
+        raise InvalidMessage("payload", f"nested more than {MAX_PAYLOAD_DEPTH} levels deep")
     return len(text.encode())
+
+
+def _too_deep(payload: Any) -> bool:
+    """Whether lists and objects nest more than MAX_PAYLOAD_DEPTH levels in ``payload``."""
+    todo = [(payload, 1)]
+    while todo:
+        value, depth = todo.pop()
+        if isinstance(value, Mapping | list | tuple):
+            if depth > MAX_PAYLOAD_DEPTH:
+                return True
+            items = value.values() if isinstance(value, Mapping) else value
+            todo.extend((item, depth + 1) for item in items)
+    return False
 
 
 def resolve_bucket(message: Mapping[str, Any], cfg: Settings) -> str:
@@ -60,13 +81,13 @@ def resolve_bucket(message: Mapping[str, Any], cfg: Settings) -> str:
     if bucket is not None and kind is not None:
         raise InvalidMessage("bucket", "give either 'bucket' or 'kind', not both")
     if bucket is not None:
-        if bucket not in cfg.buckets.by_name:
-            raise UnknownBucket("bucket", f"unknown bucket {bucket!r} "
+        if not isinstance(bucket, str) or bucket not in cfg.buckets.by_name:
+            raise UnknownBucket("bucket", f"unknown bucket {bucket!r:.60} "
                                 f"(known: {', '.join(cfg.buckets.names)})")
         return str(bucket)
     if kind is not None:
         if not isinstance(kind, str) or kind not in cfg.kinds:
-            raise UnknownBucket("kind", f"unknown kind {kind!r} "
+            raise UnknownBucket("kind", f"unknown kind {kind!r:.60} "
                                 f"(known: {', '.join(sorted(cfg.kinds))})")
         return cfg.kinds[kind]
     raise InvalidMessage("bucket", "missing: give 'bucket' or 'kind'")
@@ -82,7 +103,7 @@ def validate_message(message: Any, cfg: Settings | None = None) -> Message:
         raise InvalidMessage("message", f"must be a JSON object, got {type(message).__name__}")
     unknown = set(message) - KNOWN_FIELDS
     if unknown:
-        raise InvalidMessage(sorted(unknown)[0], f"unknown field (allowed: "
+        raise InvalidMessage(min(map(str, unknown)), f"unknown field (allowed: "
                              f"{', '.join(sorted(KNOWN_FIELDS))})")
     ident = _require_string(message, "id")
     user_id = _require_string(message, "user_id")

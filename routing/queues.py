@@ -13,6 +13,12 @@ from __future__ import annotations
 from typing import Any
 
 from kombu import Connection, Exchange, Queue
+from kombu.transport.native_delayed_delivery import (
+    bind_queue_to_native_delayed_delivery_exchange as bind_delayed,
+)
+from kombu.transport.native_delayed_delivery import (
+    declare_native_delayed_delivery_exchanges_and_queues as declare_delayed,
+)
 
 from config.buckets import Bucket
 from config.buckets_in_use import bucket_table
@@ -74,6 +80,13 @@ def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
                 names.append(queue.name)
         TASK_EXCHANGE.bind(channel).declare()
         declare_waits(channel, cfg)  # short waits of rate-limited jobs, into recur.tasks
+    if cfg.queue_type == "quorum":
+        # Celery publishes a short countdown on quorum queues through its native delayed
+        # delivery: without these exchanges (a worker declares them for its own queues
+        # only) the publish fails, or the message is unroutable and dropped.
+        declare_delayed(connection, "quorum")
+        for queue in work_queues(cfg):
+            bind_delayed(connection, queue)
     return names
 
 

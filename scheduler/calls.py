@@ -85,6 +85,36 @@ def _eta_utc(eta: Any) -> datetime:
         raise InvalidSchedule(f"eta {eta.isoformat()} is out of range in UTC") from None
 
 
+def check_message_options(options: Mapping[str, Any]) -> None:
+    """Refuse Celery message options the broker or a worker cannot take: a NaN in a header
+    closes the producer's connection (INTERNAL_ERROR), a priority over 255 fails to encode,
+    and a negative or inverted time limit would be taken and fail every run."""
+    for name in ("time_limit", "soft_time_limit", "expires"):
+        value = options.get(name)
+        if value is None or (name == "expires" and isinstance(value, datetime)):
+            continue
+        if name == "expires" and isinstance(value, str):
+            try:
+                datetime.fromisoformat(value)
+                continue
+            except ValueError:
+                raise InvalidSchedule(f"expires {value!r:.60} is not an ISO 8601 time") from None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
+                value) or (value < 0 and name != "expires"):
+            raise InvalidSchedule(f"{name} must be a finite number of seconds"
+                                  f"{'' if name == 'expires' else ' >= 0'}, got {value!r:.60}")
+    soft, hard = options.get("soft_time_limit"), options.get("time_limit")
+    if soft and hard and soft > hard:
+        raise InvalidSchedule(f"soft_time_limit {soft!r} is above time_limit {hard!r}")
+    priority = options.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
+                                 or not 0 <= priority <= 255):
+        raise InvalidSchedule(f"priority must be a whole number 0..255, got {priority!r:.60}")
+    headers = options.get("headers")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise InvalidSchedule(f"headers must be a mapping, got {type(headers).__name__}")
+
+
 @dataclass(frozen=True)
 class StorePlan:
     """A call that goes to the store: validated and encoded, not yet written."""
@@ -126,6 +156,7 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     """
     if not isinstance(not_before, bool):
         raise InvalidSchedule(f"not_before must be True or False, got {not_before!r}")
+    check_message_options(options)
     now = utcnow()
     due = due_time(options.get("countdown"), options.get("eta"), now)
     call_args, call_kwargs = list(args or ()), dict(kwargs or {})

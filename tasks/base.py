@@ -12,7 +12,7 @@ from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
 from routing.recurrence import check_call
-from scheduler.calls import store_plan
+from scheduler.calls import due_time, store_plan, utcnow
 from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_of
 from tasks import aio, many
 from tasks.distlock.runtime import numbered_at_submit
@@ -22,6 +22,20 @@ from tasks.settle import StoreCall, live_dispatch, run_dispatched
 from tasks.stored_result import StoredResult, forget_last_run, forget_previous, stored_result
 
 log = logging.getLogger(__name__)
+
+
+def broker_delay(options: dict[str, Any]) -> dict[str, Any]:
+    """A short delay for the broker as a countdown of at least one second: Celery's native
+    delayed delivery routes by whole seconds and refuses one under a second (and an eta
+    is turned into a countdown again when published, which may then be under one)."""
+    now = utcnow()
+    due = due_time(options.get("countdown"), options.get("eta"), now)
+    if due is None:
+        return options
+    delay = (due - now).total_seconds()
+    if delay > 0:
+        return {**{k: v for k, v in options.items() if k != "eta"}, "countdown": max(1.0, delay)}
+    return {**options, "countdown": 0} if options.get("countdown") else options  # too small
 
 
 class MessageTask(Task):  # type: ignore[misc]
@@ -59,6 +73,7 @@ class MessageTask(Task):  # type: ignore[misc]
         """
         job_key = options.pop("job_key", None)
         not_before = options.pop("not_before", False)
+        many.check_signature(self, args, kwargs)
         if self.recurs_by_payload:
             check_call(args, kwargs)
         plan = store_plan(self.name, args, kwargs,
@@ -70,7 +85,7 @@ class MessageTask(Task):  # type: ignore[misc]
                 plan = store_plan(self.name, args, kwargs, {**options, "eta": far}, None,
                                   self.request, settings(), not_before=True)
         if plan is None:  # a locked job is numbered now, or refused (LockLineFull)
-            options = numbered_at_submit(self, args, kwargs, options)
+            options = numbered_at_submit(self, args, kwargs, broker_delay(options))
             result = super().apply_async(args, kwargs, task_id, producer, link, link_error,
                                          shadow, **options)
             if isinstance(result, StoredResult):

@@ -21,6 +21,38 @@ from celery.worker.consumer import Consumer
 log: logging.Logger = get_logger(__name__)
 
 
+#: What Celery's request raises for a body or header of the wrong shape (the message's
+#: fault, never the worker's: pool and connection errors are of other types).
+MALFORMED = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+             RecursionError)  # nested too deeply to hand to the pool
+
+
+def _header(message: Any, name: str) -> Any:
+    headers = getattr(message, "headers", None)
+    return headers.get(name) if isinstance(headers, dict) else None
+
+
+def shape_problem(message: Any) -> str | None:
+    """Why a Celery (protocol 2) body is not ``[args, kwargs, embed]`` of the right types,
+    or None. The body is decoded once (kombu keeps it for the request): a kwargs that is
+    not a mapping would fail in the pool, outside the task, and be acknowledged unseen."""
+    headers = getattr(message, "headers", None)
+    if not isinstance(headers, dict) or "task" not in headers:
+        return None  # protocol 1 or no task: Celery's own handling
+    try:
+        body = message.decode()
+    except Exception:  # Celery's decode-error path (on_decode_error) takes it
+        return None
+    if not isinstance(body, list | tuple) or len(body) != 3:
+        return f"the body must be [args, kwargs, embed], got {type(body).__name__}"
+    args, kwargs, embed = body
+    for name, value, kinds in (("args", args, (list, tuple)), ("kwargs", kwargs, (dict,)),
+                               ("embed", embed, (dict, type(None)))):
+        if not isinstance(value, kinds):
+            return f"the body's {name} must be a {kinds[0].__name__}, got {type(value).__name__}"
+    return None
+
+
 #: Waits between reconnect attempts: the first, the step added per try, the longest.
 RECONNECT_WAITS = {"interval_start": 0.5, "interval_step": 0.5, "interval_max": 2.0}
 
@@ -37,6 +69,30 @@ class DeadLetteringConsumer(Consumer):  # type: ignore[misc]
 
         conn.ensure_connection = quickly
         return super().ensure_connected(conn)
+
+    def create_task_handler(self, *args: Any, **kwargs: Any) -> Any:
+        """Celery's handler, dead-lettering a message whose body or headers have the wrong
+        shape (a JSON string where Celery expects ``[args, kwargs, embed]``, a header of the
+        wrong type): Celery lets such an error out of its handler, and it stops the whole
+        worker, then every worker the message is delivered to next."""
+        handle = super().create_task_handler(*args, **kwargs)
+
+        def on_task_received(message: Any) -> Any:
+            problem = shape_problem(message)
+            if problem is None:
+                try:
+                    return handle(message)
+                except MALFORMED as exc:
+                    if getattr(message, "acknowledged", False):
+                        raise  # already settled: not this message's shape
+                    problem = f"{type(exc).__name__}: {exc}"
+            log.critical("malformed task message (task %r, id %r): %s; rejecting it to the "
+                         "dead-letter queue", _header(message, "task"), _header(message, "id"),
+                         problem)
+            message.reject_log_error(log, self.connection_errors)
+            return None
+
+        return on_task_received
 
     def on_decode_error(self, message: Any, exc: Exception) -> None:
         log.critical("cannot decode message (content type %r, headers %r): %s; "

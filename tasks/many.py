@@ -24,7 +24,7 @@ from typing import Any
 from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
 
-from config.errors import InvalidMessage, InvalidSchedule
+from config.errors import ArgumentsMismatch, InvalidMessage, InvalidSchedule
 from config.settings import Settings, settings
 from routing.recurrence import check_call
 from scheduler.calls import store_plan, utcnow
@@ -96,6 +96,7 @@ def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request:
             options["countdown"] = 0
         job_key = options.pop("job_key", None)
         not_before = options.pop("not_before", not_before)
+    check_signature(task, args, kwargs)
     if task.recurs_by_payload:
         check_call(args, kwargs)
     plan = store_plan(task.name, args, kwargs, options, job_key, request, cfg,
@@ -103,6 +104,20 @@ def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request:
     if plan is None or plan.reschedule_of is not None:
         raise InvalidSchedule("the running task's own job: reschedule it with apply_async")
     return plan.job
+
+
+def check_signature(task: Any, args: Any, kwargs: Any) -> None:
+    """Refuse a call whose args/kwargs do not fit the task. Celery checks this only when
+    it publishes; a stored call unchecked would be taken now and fail at every run."""
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise ArgumentsMismatch("kwargs", f"must be a mapping, got {type(kwargs).__name__}")
+    header = getattr(task, "__header__", None)
+    if not task.typing or header is None or not isinstance(args, list | tuple | None):
+        return  # args of another shape: the message check names what is wrong
+    try:
+        header(*(args or ()), **(kwargs or {}))
+    except TypeError as exc:
+        raise ArgumentsMismatch("args", f"do not fit {task.name}: {exc}") from None
 
 
 def _parts(task: Any, call: Any) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:

@@ -84,8 +84,9 @@ def check_result(result: Any, destination: str, seq: int, message_id: str,
     """Refuse a step's result that is not JSON or larger than RECUR_RESEQ_MAX_ENTRY_BYTES."""
     limit = (cfg or settings()).reseq_max_entry_bytes
     try:
-        size = len(json.dumps(result).encode())
-    except (TypeError, ValueError) as exc:
+        # as it is sent (routing/reseq/outbound.py): strict JSON (no NaN/Infinity), UTF-8
+        size = len(json.dumps(result, allow_nan=False, ensure_ascii=False).encode())
+    except (TypeError, ValueError, RecursionError) as exc:
         raise PermanentFailure(f"destination {destination!r} seq {seq}: the step's result "
                                f"for message {message_id!r} is not JSON: {exc}") from exc
     if size > limit:

@@ -31,6 +31,7 @@ doubling backoff, and anything else is returned to the sender at once.
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import threading
@@ -230,7 +231,14 @@ def detail_of(response: httpx.Response, head: bytes) -> str:
 
 
 def answer_once(url: str, delivery: Delivery, cfg: Settings) -> Answer:
-    """POST once and say what the answer means for this destination."""
+    """POST once and say what the answer means for this destination. An entry that
+    cannot be sent as JSON (NaN, a lone surrogate: buffered before steps' results were
+    checked for them) is this message's fault: a dead letter, never a wedged sender."""
+    try:
+        json.dumps(delivery.result, allow_nan=False, ensure_ascii=False).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        return Answer(0, Verdict.DEAD, f"{delivery.destination} seq {delivery.seq}: the "
+                      f"result cannot be sent as JSON: {type(exc).__name__}: {exc}")
     try:
         status, detail = post(url, delivery, cfg.send_timeout)
     except DestinationUnavailable as exc:

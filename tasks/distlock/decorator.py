@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -62,11 +63,19 @@ log = logging.getLogger("recur.distlock")
 #: (times a jitter of 0.5-1.5): at least 1 s, the resolution of RabbitMQ's native
 #: delayed delivery, and short, so it stays a broker countdown.
 REDIS_DOWN_BACKOFF = 2.0
+#: Longest lease a task may ask for (RECUR_LOCK_TTL's own bound: a day).
+MAX_TTL = 86400
+#: Longest lock key: every one of a user's Redis keys carries it, and a message's
+#: user_id is at most 200 characters (routing/messages.py).
+MAX_KEY_CHARS = 1024
 
 
 def message_user(message: Any) -> str:
-    """The default key: the message's user."""
-    return str(message["user_id"])
+    """The default key: the message's user (as it is: a missing or non-string one is
+    refused by name, never locked as ``'None'`` with every other such user)."""
+    if not isinstance(message, Mapping) or "user_id" not in message:
+        raise InvalidMessage("user_id", "missing: the lock key is the message's user_id")
+    return message["user_id"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -80,11 +89,31 @@ class LockSpec:
     def user_of(self, args: Any, kwargs: Any) -> str:
         """The lock key of a call: ``key`` applied to its first argument."""
         first = args[0] if args else (kwargs or {}).get("message")
-        user = self.key(first)
+        try:
+            user = self.key(first)
+        except InvalidMessage:
+            raise
+        except Exception as exc:  # the key function's own error: this call has no key
+            raise InvalidMessage("user_id", f"the lock key function failed: "
+                                 f"{type(exc).__name__}: {exc}") from None
         if not isinstance(user, str) or not user:
             raise InvalidMessage("user_id", f"the lock key must be a non-empty string, "
                                  f"got {user!r:.60}")
+        if not user.isascii() and not _encodable(user):
+            raise InvalidMessage("user_id", "the lock key is not valid Unicode "
+                                 "(a lone surrogate): no Redis key can name it")
+        if len(user) > MAX_KEY_CHARS:
+            raise InvalidMessage("user_id", f"the lock key is {len(user)} characters, "
+                                 f"at most {MAX_KEY_CHARS}")
         return user
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = None,
@@ -97,8 +126,10 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
     if when_redis_down not in (None, "retry", "run-unlocked"):
         raise ValueError(f"when_redis_down must be 'retry' or 'run-unlocked', "
                          f"got {when_redis_down!r}")
-    if ttl is not None and ttl <= 0:
-        raise ValueError(f"ttl must be positive, got {ttl!r}")
+    if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)
+                            or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL):
+        raise ValueError(f"ttl must be a number of seconds > 0 and <= {MAX_TTL} "
+                         f"(as RECUR_LOCK_TTL), got {ttl!r:.60}")
     spec = LockSpec(key, ttl, when_redis_down)
 
     def decorate(fn: F) -> F:

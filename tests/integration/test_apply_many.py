@@ -118,12 +118,22 @@ def test_existing_rows_take_a_call_as_apply_async_would(
 BAD_AT = 700
 
 
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 @pytest.mark.parametrize(("bad", "error", "words"), [
     (message("x", bucket="huge"), UnknownBucket, "bucket"),
     (message("x", payload="x" * 5000), InvalidMessage, "payload"),
     (process_message.s(message("x")).set(countdown=-1), InvalidSchedule, "countdown"),
     (process_message.s(message("x")).set(job_key=""), InvalidSchedule, "job_key"),
     (42, InvalidSchedule, "got int"),
+    ((message("x"), "extra"), InvalidMessage, "do not fit tasks.process_message"),
+    (process_message.s(message("x"), n=1), InvalidMessage, "unexpected keyword argument"),
+    (message("x", payload=nested(3000)), InvalidMessage, "nested too deeply"),
 ])
 @pytest.mark.parametrize("existing", [False, True], ids=["new-keys", "existing-keys"])
 def test_a_bad_call_is_refused_by_its_index_and_nothing_is_written(

@@ -296,3 +296,18 @@ def test_the_dead_commands_need_a_bucket_or_a_destination(tmp_path: Any) -> None
     assert down.returncode == 2 and "Traceback" not in down.stderr
     [line] = error_lines(down)
     assert line.startswith("recur: broker ")
+
+
+@pytest.mark.parametrize("result", [float("nan"), {"x": float("inf")}, "lone \ud800"],
+                         ids=["nan", "inf", "surrogate"])
+def test_a_buffered_result_that_is_not_strict_json_is_set_aside_not_wedging_the_sender(
+        reseq: Resequencer, dest: str, receiver: Receiver, conn: Connection,
+        result: Any) -> None:
+    first = reseq.assign(dest, ["m1", "m2", "m3"])
+    for i in (1, 2, 3):  # m2's result buffered as it was before steps refused such results
+        reseq.deposit(dest, first + i - 1, {"id": f"m{i}", "result": result if i == 2 else i,
+                                            "message": {"id": f"m{i}"}})
+    run_until(reseq, dest, "idle")
+    assert receiver.seqs(dest) == [1, 3]
+    [dead] = list_letters(conn, dest)
+    assert (dead.seq, dead.id) == (2, "m2") and "cannot be sent as JSON" in dead.reason

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from config.errors import InvalidMessage, InvalidSchedule, UnknownBucket
+from config.errors import (
+    ArgumentsMismatch,
+    InvalidMessage,
+    InvalidSchedule,
+    UnknownBucket,
+    one_line,
+)
 from routing.broker import queue_depth
 from scheduler.calls import ScheduledJob
 from scheduler.store import DueStore
@@ -51,6 +57,52 @@ def test_short_countdown_is_published_directly(store_in_use: DueStore, broker: A
     process_message.apply_async((message(),), countdown=0)
     wait_for(lambda: queue_depth(broker, "short") == 1, 10, "the message in the short queue")
     assert rows(store_in_use) == {}
+
+
+@pytest.mark.parametrize("options", [
+    {"countdown": 0.5}, {"countdown": 1e-300}, {"countdown": 2.5},
+    {"eta": datetime.now(UTC) + timedelta(seconds=0.4)},
+])
+def test_a_short_delay_of_any_size_is_published(store_in_use: DueStore, broker: Any,
+                                                 options: dict[str, Any]) -> None:
+    # kombu's native delayed delivery refuses a delay under one second, and the
+    # delayed-delivery exchanges must exist before any worker declared them.
+    process_message.apply_async((message(),), **options)
+    wait_for(lambda: queue_depth(broker, "short") == 1, 15, "the message in the short queue")
+    assert rows(store_in_use) == {}
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("countdown", [None, 600], ids=["published", "stored"])
+@pytest.mark.parametrize(("args", "kwargs", "options", "error", "match"), [
+    ((message(),), {"extra": 1}, {}, ArgumentsMismatch, "unexpected keyword argument 'extra'"),
+    ((message(), message()), {}, {}, ArgumentsMismatch, "do not fit tasks.process_message"),
+    ((), {}, {}, ArgumentsMismatch, "missing 1 required positional argument"),
+    ((message(),), [1], {}, InvalidMessage, "kwargs: must be a mapping"),
+    ((message(payload=nested(3000)),), {}, {}, InvalidMessage, "nested too deeply"),
+    ((message(bucket=["short"]),), {}, {}, UnknownBucket, "unknown bucket"),
+    ((message(),), {}, {"time_limit": float("nan")}, InvalidSchedule, "time_limit"),
+    ((message(),), {}, {"soft_time_limit": -1}, InvalidSchedule, "soft_time_limit"),
+    ((message(),), {}, {"time_limit": 5, "soft_time_limit": 10}, InvalidSchedule, "above"),
+    ((message(),), {}, {"expires": float("inf")}, InvalidSchedule, "expires"),
+    ((message(),), {}, {"expires": "soon"}, InvalidSchedule, "expires"),
+    ((message(),), {}, {"priority": 999}, InvalidSchedule, "priority"),
+    ((message(),), {}, {"headers": "x"}, InvalidSchedule, "headers must be a mapping"),
+])
+def test_malformed_calls_raise_one_recur_error_on_both_paths(
+        store_in_use: DueStore, broker: Any, args: Any, kwargs: Any, options: dict[str, Any],
+        error: type[Exception], match: str, countdown: int | None) -> None:
+    with pytest.raises(error, match=match) as refused:
+        process_message.apply_async(args, kwargs, countdown=countdown, **options)
+    line = one_line(refused.value)
+    assert line is not None and "\n" not in line
+    assert rows(store_in_use) == {} and queue_depth(broker, "short") == 0
 
 
 @pytest.mark.parametrize(("options", "error", "match"), [

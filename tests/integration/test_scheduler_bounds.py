@@ -10,7 +10,14 @@ import pytest
 
 from config.errors import InvalidSchedule, StoreError
 from scheduler.store import DueStore
-from tasks.process import process_message
+from tasks.app import app
+from tasks.base import MessageTask
+
+
+@app.task(bind=True, base=MessageTask, name="tests.bounds_any_kwargs")
+def process_message(self: MessageTask, message: Any, **extra: Any) -> None:
+    """A message task that takes keyword arguments (apply_async refuses a call that does
+    not fit its task): these calls are only stored, never run."""
 
 
 def message(ident: str = "m-1", **extra: Any) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import socket
@@ -74,4 +75,41 @@ def test_pickle_and_garbage_are_refused_into_the_dead_letter_queue(
     publish_raw(broker, body, content_type)
     wait_for(lambda: queue_depth(broker, "short.dead") == 1, 30,
              "the refused message to reach short.dead")
+    assert queue_depth(broker, "short") == 0
+
+
+GOOD = {"id": "g", "user_id": "u", "bucket": "short", "payload": None}
+
+
+def nested_list(depth: int) -> Any:
+    value: Any = None
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+#: Bodies of the wrong shape: before, the first two stopped the whole worker (Celery lets
+#: the request's error out of its handler), the third was acknowledged unseen in the pool,
+#: the last stopped the worker handing it to the pool (pickle's recursion).
+MALFORMED_BODIES = [
+    json.dumps("just a string"),
+    json.dumps([[GOOD], {}]),
+    json.dumps([[GOOD], [1], {}]),
+    json.dumps([[GOOD], {}, "embed"]),
+    json.dumps([[{**GOOD, "payload": nested_list(600)}], {}, {}]),
+]
+
+
+def test_a_body_of_the_wrong_shape_is_dead_lettered_and_the_worker_goes_on(
+        broker: Connection, start_worker: Any) -> None:
+    from tasks.process import process_message
+
+    child, _ = start_worker("short")
+    for count, body in enumerate(MALFORMED_BODIES, start=1):
+        publish_raw(broker, body.encode(), "application/json")
+        wait_for(lambda n=count: queue_depth(broker, "short.dead") == n, 30,  # type: ignore[misc]
+                 f"malformed body {count} to reach short.dead")
+        assert child.proc.poll() is None, "the worker stopped"
+        good = process_message.apply_async(({**GOOD, "id": f"g{count}"},))
+        good.get(timeout=30)  # the next good message ran (raises if it failed or never ran)
     assert queue_depth(broker, "short") == 0

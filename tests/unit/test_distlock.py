@@ -21,11 +21,30 @@ def test_the_key_is_taken_from_the_message() -> None:
         LockSpec(lambda m: m.get("tenant", ""), None, None).user_of(({"user_id": "u"},), {})
 
 
+@pytest.mark.parametrize(("first", "words"), [
+    ({"user_id": None}, "non-empty string, got None"),
+    ({"user_id": ""}, "non-empty string"),
+    ({"user_id": 42}, "non-empty string, got 42"),
+    ({"user_id": "\ud800"}, "lone surrogate"),
+    ({"user_id": "u" * 10_000}, "at most 1024"),
+    ({}, "missing"),
+    (None, "missing"),
+])
+def test_a_lock_key_that_names_no_user_is_refused_by_name(first: object, words: str) -> None:
+    spec = LockSpec(message_user, None, None)
+    with pytest.raises(InvalidMessage, match=words):
+        spec.user_of((first,), {})
+    with pytest.raises(InvalidMessage, match="key function failed: KeyError"):
+        LockSpec(lambda m: m["tenant"], None, None).user_of(({"user_id": "u"},), {})
+    assert spec.user_of(({"user_id": "ü-\x00-😀"},), {}) == "ü-\x00-😀"  # Redis takes it
+
+
 def test_bad_decorator_options_are_refused_when_declared() -> None:
     with pytest.raises(ValueError, match="when_redis_down"):
         user_lock(when_redis_down="ignore")
-    with pytest.raises(ValueError, match="ttl"):
-        user_lock(ttl=0)
+    for ttl in (0, -1, float("nan"), float("inf"), "5", True, 10**9):
+        with pytest.raises(ValueError, match="ttl"):
+            user_lock(ttl=ttl)  # type: ignore[arg-type]
 
 
 def test_the_decorated_function_keeps_its_signature_and_carries_its_spec() -> None:

@@ -52,3 +52,6 @@ def test_a_result_over_the_cap_or_not_json_is_refused_by_name() -> None:
         check_result({"x": "y" * 100}, "a", 2, "m-2", CFG)
     with pytest.raises(PermanentFailure, match="not JSON"):
         check_result({b"bytes"}, "a", 3, "m-3", CFG)
+    for strict in (float("nan"), {"x": float("-inf")}, "lone \ud800"):  # never sendable
+        with pytest.raises(PermanentFailure, match="not JSON"):
+            check_result(strict, "a", 4, "m-4", CFG)

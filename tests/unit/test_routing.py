@@ -14,6 +14,13 @@ from routing.router import queue_for_message, route_task
 CFG = load_settings({})
 
 
+def deep(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def msg(**over: Any) -> dict[str, Any]:
     base: dict[str, Any] = {"id": "m1", "user_id": "u1", "bucket": "short", "payload": {"a": 1}}
     base.update(over)
@@ -31,6 +38,10 @@ def test_kind_is_mapped_to_a_bucket() -> None:
     assert valid["bucket"] == "long" and valid["kind"] == "report"
 
 
+#: A message with a key that is not a string beside a string one (they do not sort).
+INT_KEYED: dict[Any, Any] = {**msg(), 1: "x", "zz": 2}
+
+
 @pytest.mark.parametrize(("message", "field", "error"), [
     (msg(bucket="huge"), "bucket", UnknownBucket),
     (msg(bucket=..., kind="nope"), "kind", UnknownBucket),
@@ -46,6 +57,11 @@ def test_kind_is_mapped_to_a_bucket() -> None:
     (msg(payload=float("nan")), "payload", InvalidMessage),
     (msg(extra=1), "extra", InvalidMessage),
     (["not", "a", "dict"], "message", InvalidMessage),
+    (msg(payload={"a": deep(3000)}), "payload", InvalidMessage),
+    (msg(bucket=["short"]), "bucket", UnknownBucket),
+    (msg(bucket={"a": 1}), "bucket", UnknownBucket),
+    (INT_KEYED, "1", InvalidMessage),
+    (msg(payload=deep(150)), "payload", InvalidMessage),
 ])
 def test_bad_message_names_the_wrong_field(message: Any, field: str,
                                            error: type[Exception]) -> None:
