@@ -115,6 +115,12 @@ def check_message_options(options: Mapping[str, Any]) -> None:
         raise InvalidSchedule(f"headers must be a mapping, got {type(headers).__name__}")
 
 
+#: Celery options a stored call cannot keep: the scheduler publishes it later with its
+#: bucket's limits. A producer's call that sets one is refused rather than run without it
+#: (a task's retry, which Celery fills from its request, keeps the bucket's).
+NOT_STORED = ("time_limit", "soft_time_limit", "expires", "priority")
+
+
 @dataclass(frozen=True)
 class StorePlan:
     """A call that goes to the store: validated and encoded, not yet written."""
@@ -174,6 +180,12 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
         if options.get(name) and own is None:
             raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
+    if own is None and options.get("retries") is None:  # a producer's call, not a retry
+        for name in NOT_STORED:
+            if options.get(name) is not None:
+                raise InvalidSchedule(
+                    f"{name} is not kept by a call that goes to the due-jobs store (delay >= "
+                    f"{cfg.schedule_threshold}s or a job key): it runs with its bucket's")
     if job_key is None and own is None:
         check_job_key(key, limits, "job_key (the message id)")
     text = encode_call(call_args, call_kwargs, check_retries(options.get("retries")),

@@ -131,3 +131,18 @@ def test_bad_calls_are_refused_and_nothing_written(
     with pytest.raises(error, match=match):
         process_message.apply_async(args, kwargs, countdown=600)
     assert rows(store_in_use) == {}
+
+
+@pytest.mark.parametrize("option", [{"time_limit": 5}, {"soft_time_limit": 3},
+                                    {"expires": 7200}, {"priority": 3}])
+def test_an_option_the_store_cannot_keep_is_refused_not_dropped(
+        store_in_use: DueStore, broker: Any, option: dict[str, Any]) -> None:
+    """The scheduler publishes a stored call later with its bucket's limits: a producer's
+    ``time_limit`` (or expiry, priority) on a long delay would be lost without a word."""
+    with pytest.raises(InvalidSchedule, match=f"{next(iter(option))} is not kept"):
+        process_message.apply_async((message(),), countdown=600, **option)
+    with pytest.raises(InvalidSchedule, match="is not kept"):
+        process_message.apply_async((message("m-2"),), job_key="k-2", **option)
+    assert rows(store_in_use) == {}
+    process_message.apply_async((message("m-3"),), countdown=None, **option)  # published
+    wait_for(lambda: queue_depth(broker, "short") == 1, 10, "the published message")
