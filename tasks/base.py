@@ -12,7 +12,7 @@ from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
 from routing.recurrence import check_call
-from scheduler.calls import due_time, store_plan, utcnow
+from scheduler.calls import NOT_STORED, due_time, store_plan, utcnow
 from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_of
 from tasks import aio, many
 from tasks.distlock.runtime import numbered_at_submit
@@ -82,7 +82,8 @@ class MessageTask(Task):  # type: ignore[misc]
         if plan is None and task_id is None and link is None and link_error is None:
             far, options = placed_at_submit(self, args, kwargs, options)  # a rate limit's slot
             if far is not None:
-                plan = store_plan(self.name, args, kwargs, {**options, "eta": far}, None,
+                kept = {k: v for k, v in options.items() if k not in NOT_STORED}  # recur's
+                plan = store_plan(self.name, args, kwargs, {**kept, "eta": far}, None,  # choice
                                   self.request, settings(), not_before=True)
         if plan is None:  # a locked job is numbered now, or refused (LockLineFull)
             options = numbered_at_submit(self, args, kwargs, broker_delay(options))
