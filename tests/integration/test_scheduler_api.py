@@ -94,6 +94,8 @@ def nested(depth: int) -> Any:
     ((message(),), {}, {"expires": "soon"}, InvalidSchedule, "expires"),
     ((message(),), {}, {"priority": 999}, InvalidSchedule, "priority"),
     ((message(),), {}, {"headers": "x"}, InvalidSchedule, "headers must be a mapping"),
+    ((message(user_id="u\ud800"),), {}, {}, InvalidMessage, "lone surrogate"),
+    ((message(payload={"t": "\udc00"}),), {}, {}, InvalidMessage, "lone surrogate"),
 ])
 def test_malformed_calls_raise_one_recur_error_on_both_paths(
         store_in_use: DueStore, broker: Any, args: Any, kwargs: Any, options: dict[str, Any],

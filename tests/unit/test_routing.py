@@ -62,6 +62,10 @@ INT_KEYED: dict[Any, Any] = {**msg(), 1: "x", "zz": 2}
     (msg(bucket={"a": 1}), "bucket", UnknownBucket),
     (INT_KEYED, "1", InvalidMessage),
     (msg(payload=deep(150)), "payload", InvalidMessage),
+    (msg(user_id="u\ud800"), "user_id", InvalidMessage),
+    (msg(id="\udfff"), "id", InvalidMessage),
+    (msg(payload={"t": "a\ud83d"}), "payload", InvalidMessage),
+    (msg(payload={"k\udc00": 1}), "payload", InvalidMessage),
 ])
 def test_bad_message_names_the_wrong_field(message: Any, field: str,
                                            error: type[Exception]) -> None:
@@ -70,6 +74,13 @@ def test_bad_message_names_the_wrong_field(message: Any, field: str,
     assert isinstance(caught.value, InvalidMessage)
     assert caught.value.field == field
     assert field in str(caught.value)
+
+
+def test_unicode_beyond_ascii_is_valid_only_lone_surrogates_are_not() -> None:
+    # An emoji is a surrogate pair in ASCII JSON ("\\ud83d\\ude00"): valid, kept.
+    valid = validate_message(msg(user_id="\u00fc\U0001f600", payload={"t": "\\ud8 \U0001f600"}),
+                             CFG)
+    assert valid["user_id"] == "\u00fc\U0001f600"
 
 
 def test_payload_limit_is_the_configured_size() -> None:
