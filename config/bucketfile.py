@@ -208,4 +208,7 @@ def load_table(path: str) -> BucketTable:
         raise BucketsFileError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise BucketsFileError(f"{path}: not valid TOML: {exc}") from exc
+    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib lets the decoder's error out
+        raise BucketsFileError(f"{path}: not valid TOML: not UTF-8 text (byte "
+                               f"{exc.start + 1})") from exc
     return parse_table(document, path)

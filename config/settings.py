@@ -82,6 +82,11 @@ def _read(var: str, raw: str, table: BucketTable, values: dict[str, Any]) -> str
         return f"{var}: {REMOVED[name]}"
     if name not in _FIELDS:
         return f"{var}: unknown setting (see `recur settings` for the known ones)"
+    if not raw.isascii():
+        try:  # bytes that are not UTF-8 arrive as lone surrogates no driver can encode
+            raw.encode("utf-8")
+        except UnicodeEncodeError:
+            return f"{var}: not valid UTF-8 text"
     try:
         value = parse_value(name, _FIELDS[name].type, raw, table)
         check_values({name: value}, table)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import urlsplit
 
 from config.buckets import BucketTable
 from config.checks import check_bind, placeholder_problem
@@ -60,7 +61,21 @@ AT_MOST: dict[str, float] = {
 DEFAULT_AT_MOST = 1_000_000_000
 CHOICES = {"queue_type": ("quorum", "classic"), "lock_when_redis_down": ("retry", "run-unlocked"),
            "otel": ("auto", "1", "0"),
-           "otel_celery": ("full", "lean")}
+           "otel_celery": ("full", "lean"),
+           # what both Celery's -l and the scheduler's logging.getLevelName take
+           "log_level": ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")}
+#: The schemes each URL setting takes (a driver would otherwise fail late, with a traceback
+#: or a retry loop); result_backend's are Celery's backend aliases. Empty: see OPTIONAL_URLS.
+URL_SCHEMES = {
+    "broker_url": ("amqp", "amqps", "pyamqp"), "redis_url": ("redis", "rediss", "unix"),
+    "flower_broker_api": ("http", "https"),
+    "result_backend": ("redis", "rediss", "sentinel", "rpc", "db", "database", "cache",
+                       "mongodb", "file", "s3", "gs", "dynamodb", "elasticsearch", "cassandra",
+                       "couchbase", "couchdb", "consul", "arangodb", "azureblockblob",
+                       "cosmosdbsql", "riak", "disabled"),
+}
+#: URL settings whose empty value means "derived from another one".
+OPTIONAL_URLS = frozenset({"flower_broker_api", "result_backend"})
 
 
 def check_values(values: dict[str, Any], table: BucketTable) -> None:
@@ -130,9 +145,37 @@ def _check_text(name: str, value: Any) -> None:
         check_bind(value)
     if name == "signing_key":
         check_key(value)
+    if name in URL_SCHEMES and (value or name not in OPTIONAL_URLS):
+        # RECUR_BROKER_URL may list a cluster's nodes, ';'-separated (README)
+        for url in value.split(";") if name == "broker_url" else [value]:
+            _check_url(name, url.strip())
     problem = placeholder_problem(name, value)
     if problem:
         raise ValueError(problem)
+
+
+def _check_url(name: str, url: str) -> None:
+    """A URL of one of ``name``'s schemes, with a usable port (and Redis database number).
+    Only the scheme and port are said, never the URL: it may hold a password."""
+    schemes = URL_SCHEMES[name]
+    scheme, sep, _ = url.partition("://")
+    scheme = scheme.partition("+")[0].lower()  # db+postgresql://, Celery's form
+    if not sep or scheme not in schemes:
+        shown = f"{scheme[:20]!r}" if sep and scheme else "none"
+        raise ValueError(f"{name} must be a URL {', '.join(s + '://' for s in schemes[:6])}"
+                         f"{', ...' if len(schemes) > 6 else ''} (scheme: {shown})")
+    _check_port(name, url)
+    db = urlsplit(url).path.strip("/")
+    if scheme in ("redis", "rediss") and db and not db.isdigit():
+        raise ValueError(f"{name}: the Redis database after the host must be a number "
+                         f"(redis://host:6379/0), got {db[:20]!r}")
+
+
+def _check_port(name: str, url: str) -> None:
+    try:
+        urlsplit(url).port  # noqa: B018 - reading it is the check (ValueError if bad)
+    except ValueError as exc:
+        raise ValueError(f"{name}: bad port ({exc})") from None
 
 
 def _check_database_url(url: str) -> None:
@@ -144,3 +187,4 @@ def _check_database_url(url: str) -> None:
                          f"SQLAlchemy has no driver for {scheme}://)")
     if not url.startswith(("sqlite:", "postgresql+psycopg:")):
         raise ValueError("must be sqlite:///<file> or postgresql+psycopg://user@host/db")
+    _check_port("database_url", url)

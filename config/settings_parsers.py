@@ -78,4 +78,5 @@ def parse_value(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
         return int(raw)
     if kind in (float, "float"):
         return float(raw)
-    return raw
+    # Celery's -l takes a log level in any case, the scheduler's logging only upper case
+    return raw.strip().upper() if name == "log_level" else raw

@@ -34,6 +34,8 @@ from scheduler.store.control import STATES, JobControl, JobFilter, JobRow, Page
 
 #: Largest page of ``recur jobs list``.
 MAX_PAGE = 1000
+#: Characters of an argument an error line echoes.
+SHOWN = 100
 
 
 @contextmanager
@@ -51,10 +53,10 @@ def parse_duration(text: str) -> timedelta:
     try:
         seconds = duration_seconds(text)
     except ValueError:
-        raise InvalidArgument(f"bad duration {text!r}: give e.g. 90s, 10m, 1h30m, 2d"
+        raise InvalidArgument(f"bad duration {_shown(text)}: give e.g. 90s, 10m, 1h30m, 2d"
                               ) from None
     if not 0 < seconds <= 3650 * 86400:
-        raise InvalidArgument(f"bad duration {text!r}: must be more than 0 and at most "
+        raise InvalidArgument(f"bad duration {_shown(text)}: must be more than 0 and at most "
                               "10 years")
     return timedelta(seconds=seconds)
 
@@ -64,10 +66,10 @@ def parse_time(text: str) -> datetime:
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
-        raise InvalidArgument(f"bad time {text!r}: give an ISO 8601 time with its offset, "
+        raise InvalidArgument(f"bad time {_shown(text)}: give an ISO 8601 time with its offset, "
                               "e.g. 2026-11-23T15:00:00+00:00") from None
     if moment.tzinfo is None or moment.utcoffset() is None:
-        raise InvalidArgument(f"time {text!r} is naive: give its offset, e.g. "
+        raise InvalidArgument(f"time {_shown(text)} is naive: give its offset, e.g. "
                               f"{moment.isoformat()}+00:00")
     return moment.astimezone(UTC)
 
@@ -75,16 +77,26 @@ def parse_time(text: str) -> datetime:
 def check_bucket(name: str) -> str:
     table = bucket_table()
     if name not in table.by_name:
-        raise InvalidArgument(f"unknown bucket {name!r} (known: {', '.join(table.names)})")
+        raise InvalidArgument(f"unknown bucket {_shown(name)} (known: {', '.join(table.names)})")
     return name
+
+
+def _shown(text: str) -> str:
+    """What an error line echoes of an argument: its start, quoted (a 10 kB key stays one
+    readable line)."""
+    return repr(text[:SHOWN]) + ("..." if len(text) > SHOWN else "")
 
 
 def check_filter(f: JobFilter) -> JobFilter:
     """Refuse a filter that names an unknown bucket or state, or an empty range."""
+    if f.user is not None and not f.user.strip():  # as cancel does: blank is a mistake
+        raise InvalidArgument("--user needs a user id")
+    if f.task is not None and not f.task.strip():
+        raise InvalidArgument("--task needs a task name")
     if f.bucket is not None:
         check_bucket(f.bucket)
     if f.state is not None and f.state not in STATES:
-        raise InvalidArgument(f"unknown state {f.state!r} (known: {', '.join(STATES)})")
+        raise InvalidArgument(f"unknown state {_shown(f.state)} (known: {', '.join(STATES)})")
     if f.due_before and f.due_after and f.due_before <= f.due_after:
         raise InvalidArgument("--due-before must be later than --due-after")
     return f
@@ -93,7 +105,7 @@ def check_filter(f: JobFilter) -> JobFilter:
 def show(ctl: JobControl, job_key: str) -> JobRow:
     row = ctl.get(job_key)
     if row is None:
-        raise UnknownJob(f"no job {job_key!r}")
+        raise UnknownJob(f"no job {_shown(job_key)}")
     return row
 
 
@@ -107,7 +119,7 @@ def list_jobs(ctl: JobControl, f: JobFilter, limit: int = 50, after: str | None 
         try:
             ctl.walk_of(f, None).after(after)  # the walk does not depend on the task's code
         except ValueError:
-            raise InvalidArgument(f"bad cursor {after!r}: pass the one a page printed"
+            raise InvalidArgument(f"bad cursor {_shown(after)}: pass the one a page printed"
                                   ) from None
     return ctl.page(f, limit, after)
 
@@ -116,7 +128,7 @@ def cancel(ctl: JobControl, job_key: str) -> JobRow:
     """Delete the job; the row as it was (its ``state`` says whether a copy was in flight)."""
     row = ctl.cancel(job_key)
     if row is None:
-        raise UnknownJob(f"no job {job_key!r}")
+        raise UnknownJob(f"no job {_shown(job_key)}")
     return row
 
 
@@ -139,8 +151,8 @@ def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
         return moved
     row = ctl.get(job_key)
     if row is None:
-        raise UnknownJob(f"no job {job_key!r}")
-    raise JobInFlight(f"job {job_key!r} is dispatched (token {row.token}, lease until "
+        raise UnknownJob(f"no job {_shown(job_key)}")
+    raise JobInFlight(f"job {_shown(job_key)} is dispatched (token {row.token}, lease until "
                       f"{row.due_at.isoformat()}): its running copy sets its next time; "
                       "cancel it, or reschedule it once it is scheduled again")
 

@@ -6,6 +6,7 @@ import argparse
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NoReturn
 
 from config.durations import duration_seconds
 from config.settings import settings
@@ -71,9 +72,18 @@ class SeedOptions:
         return self.every, self.jitter
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose refusal is one ``recur: …`` line, like every command's, not a usage
+    block (``recur seed --help`` prints that); still exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        line = " ".join(message.split())[:300]
+        self.exit(2, f"recur: seed: {line} (recur seed --help for the options)\n")
+
+
 def parser() -> argparse.ArgumentParser:
     cfg = settings()
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="recur seed", description="Seed the due-jobs store (or the broker) with a "
         "population read from a file or generated, with Spark.")
     source = p.add_mutually_exclusive_group(required=True)

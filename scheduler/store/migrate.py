@@ -11,8 +11,10 @@ from __future__ import annotations
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Engine
 
+from config.errors import InvalidArgument
 from scheduler.store.bulk_indexes import build_missing
 from scheduler.store.connection import translated
 from scheduler.store.schema_check import (
@@ -40,11 +42,37 @@ def alembic_head() -> str | None:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str:
-    """Migrate the database to ``revision``; return the revision it is at now."""
+    """Migrate the database to ``revision``; return the revision it is at now. A revision
+    that names no migration is :class:`InvalidArgument` before anything is opened."""
     cfg = alembic_config()
+    _check_revision(cfg, revision)
     with translated(f"due-jobs database {engine.url!r}"), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
     if revision == "head":  # indexes a stopped seed left unbuilt (bulk_indexes.py)
         build_missing(engine)
     return current_revision(engine) or ""
+
+
+def _check_revision(cfg: Config, revision: str) -> None:
+    """``head`` or one migration's id (or a unique prefix of one), as alembic resolves it."""
+    problem = None
+    if not revision.strip() or revision != revision.strip():
+        problem = "is empty or padded with spaces"
+    elif "+" in revision or "-" in revision:  # alembic's relative steps: +1, head-2
+        problem = "relative revisions are not taken, name one"
+    else:
+        try:
+            found = ScriptDirectory.from_config(cfg).get_revisions(revision)
+        except CommandError as exc:
+            problem = " ".join(str(exc).split())[:200]
+        else:
+            if not found:
+                problem = "names no migration"
+    if problem:
+        raise InvalidArgument(f"--revision {revision[:70]!r}: {problem} (give head or one of "
+                              f"{', '.join(_ids(cfg))})")
+
+
+def _ids(cfg: Config) -> list[str]:
+    return [script.revision for script in ScriptDirectory.from_config(cfg).walk_revisions()][::-1]

@@ -41,6 +41,7 @@ def dead_list(bucket: Bucket, limit: int, as_json: bool, destination: str | None
     from routing.deadletter import check_limit
 
     check_limit(limit)
+    _one_view(store, destination)
     if store_view(bucket, store) and destination is None:
         return show_set_aside(name_of(bucket), limit, as_json)
     if name := chosen(bucket, destination):
@@ -75,6 +76,10 @@ def dead_replay(bucket: Bucket, limit: int, destination: str | None, store: bool
                 keys: tuple[str, ...]) -> None:
     """Move dead messages of BUCKET back to its queue (--destination D: submit D's dead
     letters again, as new arrivals; --store: make its set-aside rows due again)."""
+    from routing.deadletter import check_limit
+
+    check_limit(limit)  # as list's: a negative or absurd count is a mistake, not "none"
+    _one_view(store, destination)
     if store_view(bucket, store) and destination is None:
         return replay_set_aside(name_of(bucket), keys, limit)
     if keys:
@@ -89,3 +94,10 @@ def dead_replay(bucket: Bucket, limit: int, destination: str | None, store: bool
 
     with broker_connection(app) as conn:
         click.echo(f"replayed {replay_dead(conn, bucket, limit)} message(s) to {bucket.queue}")
+
+
+def _one_view(store: bool, destination: str | None) -> None:
+    """--store (the due-jobs store's rows) and --destination (a destination's dead letter)
+    name two different places: both at once is refused, not one silently dropped."""
+    if store and destination is not None:
+        raise InvalidArgument("give --store or --destination, not both")

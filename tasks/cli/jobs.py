@@ -122,6 +122,7 @@ def jobs_list(bucket: str | None, user: str | None, task: str | None, state: str
 
     api = jobs_api()
     f = JobFilter(bucket, user, task, state, time_option(due_before), time_option(due_after))
+    api.check_filter(f)  # a bad filter is named before the store is opened
     with api.control(settings().database_url) as ctl:
         page = api.list_jobs(ctl, f, limit, after)
     for row in page.jobs:

@@ -25,7 +25,7 @@ def bucket_arg(_ctx: Any, _param: Any, value: str) -> Bucket:
         return OUTBOUND
     table = bucket_table()
     if value not in table.by_name:
-        raise click.BadParameter(f"unknown bucket {value!r} (known: {', '.join(table.names)})")
+        raise click.BadParameter(f"unknown bucket {value[:70]!r} (known: {', '.join(table.names)})")
     return table.by_name[value]
 
 

@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from config.destinations import DESTINATION_NAME
+from config.errors import InvalidArgument
 from config.settings import settings
 from tasks.cli.group import cli
 from tasks.cli.status import destination_line
@@ -22,9 +24,16 @@ def resequencer() -> None:
               help="Also list this many of each destination's newest skip records.")
 def resequencer_status(destinations: tuple[str, ...], show_skipped: int) -> None:
     """Per destination: next sequence to send, buffered, in flight, sent, skipped."""
+    from routing.deadletter import MAX_LIST
     from routing.redis_client import get_redis
     from routing.reseq.state import Resequencer
 
+    if not 0 <= show_skipped <= MAX_LIST:  # Redis would read -5 as "all but the last 4"
+        raise InvalidArgument(f"--skipped must be 0..{MAX_LIST}, got {show_skipped}")
+    for name in destinations:
+        if not DESTINATION_NAME.fullmatch(name):
+            raise InvalidArgument(f"{name[:70]!r} is no destination name (letters, digits "
+                                  "and '_.-', at most 64)")
     reseq = Resequencer(get_redis(), settings())
     found = resequencer_statuses(destinations)
     if not found:

@@ -225,3 +225,10 @@ def test_the_files_bounds_are_the_documented_ones() -> None:
     for pool, most in CONCURRENCY.items():
         assert (f"1 for `{pool}`" if most == 1 else f"1 to {most} for `{pool}`") in doc
     assert f"at most {MAX_BUCKETS} buckets and {MAX_KINDS} kinds" in doc
+
+
+def test_a_file_that_is_not_utf8_is_refused_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b"[buckets.a]\n" + BUCKET.encode() + b"queue = 'caf\xe9'\n")
+    with pytest.raises(ConfigError, match=r"latin1\.toml: not valid TOML: not UTF-8 text"):
+        load_settings({"RECUR_BUCKETS_FILE": str(path)})

@@ -54,3 +54,14 @@ def test_bulk_result_counts_present_rows() -> None:
 def test_libpq_url_keeps_the_schema_option() -> None:
     url = "postgresql+psycopg://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dabc"
     assert libpq_url(url) == "postgresql://postgres@127.0.0.1:5432/test?options=-csearch_path%3Dabc"
+
+
+@pytest.mark.parametrize("argv", [[], ["--generate", "abc"], ["--generate", "5", "--runs", "3"],
+                                  ["--generate", "5", "--every", "1h", "--jitter", "2"]])
+def test_a_bad_command_line_is_one_line_and_exit_code_2(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse_options(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("recur: seed: "), err

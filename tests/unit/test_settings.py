@@ -234,3 +234,42 @@ def test_a_hostile_value_never_echoes_a_password_or_floods_the_line() -> None:
                     "RECUR_KINDS": "x" * 10_000, "RECUR_KEY_PREFIX": "k" * 10_000})[1]
     assert len(bad) == 4 and all(len(line) < 300 for line in bad), bad
     assert not any("hunter2" in line for line in bad)
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("RECUR_BROKER_URL", ""), ("RECUR_BROKER_URL", "http://h//"), ("RECUR_BROKER_URL", "://"),
+    ("RECUR_BROKER_URL", "amqp://u:s3cret@h:99999//"),
+    ("RECUR_BROKER_URL", "amqp://h:5672//;redis://h:6379/0"),  # each node of a cluster list
+    ("RECUR_REDIS_URL", ""), ("RECUR_REDIS_URL", "0"), ("RECUR_REDIS_URL", "http://h:6379/0"),
+    ("RECUR_REDIS_URL", "redis://h:abc/0"), ("RECUR_REDIS_URL", "redis://h:6379/abc"),
+    ("RECUR_RESULT_BACKEND", "abc"), ("RECUR_RESULT_BACKEND", "nosuch://h/0"),
+    ("RECUR_FLOWER_BROKER_API", "h:15672/api/"),
+    ("RECUR_DATABASE_URL", "postgresql+psycopg://u:s3cret@h:abc/db"),
+    ("RECUR_LOG_LEVEL", "loud"), ("RECUR_LOG_LEVEL", ""),
+])
+def test_a_url_or_level_no_driver_takes_is_refused_naming_the_variable(var: str,
+                                                                         value: str) -> None:
+    _, bad = problems({var: value})
+    assert len(bad) == 1 and bad[0].startswith(f"{var}=") and "s3cret" not in bad[0], bad
+
+
+@pytest.mark.parametrize(("var", "value"), [
+    ("RECUR_BROKER_URL", "amqps://u:p@h:5671/vh"), ("RECUR_BROKER_URL", "pyamqp://h//"),
+    ("RECUR_BROKER_URL", "amqp://u:p@rabbit-1:5672//;amqp://u:p@rabbit-2:5672//"),
+    ("RECUR_REDIS_URL", "rediss://:p@h:6380/2"), ("RECUR_REDIS_URL", "unix:///run/redis.sock"),
+    ("RECUR_REDIS_URL", "redis://h"), ("RECUR_RESULT_BACKEND", "db+postgresql://u@h/db"),
+    ("RECUR_RESULT_BACKEND", "rpc://"), ("RECUR_FLOWER_BROKER_API", "http://u:p@h:15672/api/"),
+])
+def test_urls_of_the_drivers_schemes_are_accepted(var: str, value: str) -> None:
+    assert problems({var: value})[1] == []
+
+
+def test_a_log_level_in_any_case_is_read_as_its_name() -> None:
+    assert load_settings({"RECUR_LOG_LEVEL": " debug "}).log_level == "DEBUG"
+
+
+def test_a_value_that_is_not_utf8_is_refused_naming_the_variable() -> None:
+    # os.environ hands bytes that are not UTF-8 over as lone surrogates
+    _, bad = problems({"RECUR_REDIS_URL": "redis://h\udcff/0", "RECUR_KEY_PREFIX": "p\udcfe"})
+    assert sorted(bad) == ["RECUR_KEY_PREFIX: not valid UTF-8 text",
+                           "RECUR_REDIS_URL: not valid UTF-8 text"]
