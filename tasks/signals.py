@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from celery.signals import celeryd_init
@@ -20,6 +21,25 @@ def check_redis_before_consuming(**_: Any) -> None:
     from routing.redis_check import exit_unless_redis_ok
 
     exit_unless_redis_ok(settings(), "worker")
+
+
+@celeryd_init.connect
+def check_store_before_consuming(**_: Any) -> None:
+    """A store at another schema revision (or a SQLite file that is not there) would fail
+    every run, each failure spending one of the message's deliveries until it is
+    dead-lettered: the worker refuses to start, as the scheduler does (one ``recur: ...``
+    line, exit 2). A store that cannot be reached is an outage, ridden out run by run."""
+    from config.errors import EXIT_ERROR, SchemaOutOfDate, StoreUnavailable
+    from scheduler.store.worker_store import check_store_at_start
+
+    url = settings().database_url
+    try:
+        check_store_at_start(url)
+    except SchemaOutOfDate as exc:
+        print(f"recur: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_ERROR) from exc
+    except StoreUnavailable as exc:
+        log.warning("due-jobs store unreachable at start (%s): runs ride it out", exc)
 
 
 @celeryd_init.connect

@@ -33,6 +33,7 @@ PROCESS_MODULES = frozenset({
     "test_exporter", "test_flower", "test_flower_chromium", "test_flower_scheduled",
     "test_head_of_line",
     "test_forged_headers", "test_redis_caps", "test_scheduler_bad_rows", "test_transform_keys",
+    "test_worker_store_startup",
     "test_job_control_process", "test_process_metrics", "test_redis_startup", "test_resequencer",
     "test_scheduler_cycle", "test_scheduler_process", "test_seed", "test_seed_end_to_end",
     "test_seed_sinks", "test_user_tasks", "test_watermark_schedulers", "test_worker_profile",

@@ -182,6 +182,22 @@ def get_worker_store(url: str) -> SettleStore:
     return _stores[key]
 
 
+def check_store_at_start(url: str) -> None:
+    """Raise SchemaOutOfDate for a store a worker cannot run against (another schema
+    revision, a SQLite file that is not there), StoreUnavailable if it cannot be reached.
+    Its connections are closed again: a prefork pool forks after this."""
+    if is_sqlite(url):
+        from scheduler.store.core import DueStore
+
+        DueStore.open(url).close()
+        return
+    store = WorkerStore(url)
+    try:
+        store.check_schema()
+    finally:
+        store.close()
+
+
 def close_worker_stores() -> None:
     """Close every store :func:`get_worker_store` opened in this process."""
     for store in _stores.values():
