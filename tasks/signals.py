@@ -25,21 +25,25 @@ def check_redis_before_consuming(**_: Any) -> None:
 
 @celeryd_init.connect
 def check_store_before_consuming(**_: Any) -> None:
-    """A store at another schema revision (or a SQLite file that is not there) would fail
-    every run, each failure spending one of the message's deliveries until it is
-    dead-lettered: the worker refuses to start, as the scheduler does (one ``recur: ...``
-    line, exit 2). A store that cannot be reached is an outage, ridden out run by run."""
+    """A store at another schema revision would fail every stored job's run, each failure
+    spending one of the message's deliveries until it is dead-lettered: the worker refuses
+    to start, as the scheduler does (one ``recur: ...`` line, exit 2). No store at all (the
+    default SQLite file not created) is a WARNING line: a worker that only runs published
+    work needs none. A store that cannot be reached is an outage, ridden out run by run."""
     from config.errors import EXIT_ERROR, SchemaOutOfDate, StoreUnavailable
     from scheduler.store.worker_store import check_store_at_start
 
     url = settings().database_url
     try:
-        check_store_at_start(url)
+        warning = check_store_at_start(url)
     except SchemaOutOfDate as exc:
         print(f"recur: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_ERROR) from exc
     except StoreUnavailable as exc:
         log.warning("due-jobs store unreachable at start (%s): runs ride it out", exc)
+    else:
+        if warning is not None:
+            log.warning("%s", warning)
 
 
 @celeryd_init.connect

@@ -182,20 +182,33 @@ def get_worker_store(url: str) -> SettleStore:
     return _stores[key]
 
 
-def check_store_at_start(url: str) -> None:
-    """Raise SchemaOutOfDate for a store a worker cannot run against (another schema
-    revision, a SQLite file that is not there), StoreUnavailable if it cannot be reached.
-    Its connections are closed again: a prefork pool forks after this."""
+def check_store_at_start(url: str) -> str | None:
+    """Raise SchemaOutOfDate for a store a worker cannot run against (one at another schema
+    revision), StoreUnavailable if it cannot be reached; a warning when there is no store
+    at all (a SQLite file that is not there: a worker that never runs a stored job needs
+    none, and nothing here creates it). Connections are closed again: a prefork pool forks
+    after this."""
     if is_sqlite(url):
         from scheduler.store.core import DueStore
+        from scheduler.store.schema_check import check_schema, missing_sqlite_file
 
-        DueStore.open(url).close()
-        return
-    store = WorkerStore(url)
+        store = DueStore.open(url, check=False)
+        try:
+            missing = missing_sqlite_file(store.engine)
+            if missing is not None:
+                return (f"due-jobs store {url}: {missing.resolve()} does not exist: this "
+                        "worker fails every stored job's run until `recur db upgrade` "
+                        "creates it")
+            check_schema(store.engine)
+        finally:
+            store.close()
+        return None
+    worker_store = WorkerStore(url)
     try:
-        store.check_schema()
+        worker_store.check_schema()
     finally:
-        store.close()
+        worker_store.close()
+    return None
 
 
 def close_worker_stores() -> None:

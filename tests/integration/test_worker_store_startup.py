@@ -1,7 +1,7 @@
 """A worker checks its due-jobs store at start (tasks/signals.py): a store at another schema
-revision, or a SQLite file that is not there, would fail every run and spend each
-message's deliveries until it is dead-lettered, so the worker does not start (one
-``recur: ...`` line, exit code 2, as the scheduler). A store that cannot be reached is an
+revision would fail every stored job's run and spend each message's deliveries until it
+is dead-lettered, so the worker does not start (one ``recur: ...`` line, exit code 2, as
+the scheduler). No store at all is a warning; a store that cannot be reached is an
 outage: the worker starts and its runs ride it out."""
 
 from __future__ import annotations
@@ -47,15 +47,35 @@ def assert_refused(result: subprocess.CompletedProcess[str]) -> None:
     assert "run `recur db upgrade`" in said[0]
 
 
-@pytest.mark.parametrize("store", ["missing_sqlite", "unmigrated_pg"])
+@pytest.mark.parametrize("store", ["empty_sqlite", "unmigrated_pg"])
 def test_a_worker_refuses_a_store_it_cannot_run_against(
         live_services: None, tmp_path: Path, store: str, request: pytest.FixtureRequest) -> None:
-    url = (f"sqlite:///{tmp_path / 'nowhere' / 'due.sqlite3'}" if store == "missing_sqlite"
-           else str(request.getfixturevalue("unmigrated_pg_url")))
+    if store == "empty_sqlite":
+        (tmp_path / "due.sqlite3").touch()  # a file, but no schema in it
+        url = f"sqlite:///{tmp_path / 'due.sqlite3'}"
+    else:
+        url = str(request.getfixturevalue("unmigrated_pg_url"))
     result = subprocess.run(recur_argv("worker", "short"), env=environment(
         RECUR_DATABASE_URL=url), cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert_refused(result)
-    assert not (tmp_path / "nowhere").exists()  # no empty SQLite store made on the way
+
+
+def test_a_worker_without_any_store_starts_warns_and_creates_none(
+        live_services: None, celery_app: Any, tmp_path: Path) -> None:
+    """The default SQLite file not created yet: a worker that only runs published work
+    needs no store; it says so in a WARNING line and does not create the file."""
+    missing = tmp_path / "nowhere" / "due.sqlite3"
+    node = f"nostore-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+    child = spawn("worker-nostore", recur_argv("worker", "short", "-n", node,
+                                               "--without-mingle"),
+                  tmp_path, environment(RECUR_DATABASE_URL=f"sqlite:///{missing}"),
+                  cwd=services.ROOT)
+    try:
+        wait_for_worker(celery_app, child, node)
+        assert "WARNING" in child.log() and str(missing) in child.log()
+    finally:
+        child.stop()
+    assert not missing.parent.exists()
 
 
 def test_a_worker_starts_while_its_store_is_unreachable(
