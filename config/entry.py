@@ -26,6 +26,7 @@ from typing import Any
 from config.absent_imports import absent
 from config.errors import EXIT_ERROR, ConfigError, one_line
 from config.settings_report import settings_report
+from config.text import is_unicode
 
 __all__ = ["EXIT_ERROR", "main"]
 
@@ -78,9 +79,7 @@ def _not_utf8(args: Sequence[str]) -> str | None:
     """The line naming the first argument that is not UTF-8 text (its bytes arrive as lone
     surrogates, which every driver refuses with a traceback), or None."""
     for number, arg in enumerate(args, 1):
-        try:
-            arg.encode("utf-8")
-        except UnicodeEncodeError:
+        if not is_unicode(arg):
             try:  # the bytes it was given, \xff for each that is not UTF-8
                 raw = arg.encode("utf-8", "surrogateescape")
             except UnicodeEncodeError:

@@ -25,6 +25,7 @@ from config.redact import MASK, masked
 from config.settings_bounds import bounds_text, check_values, is_numeric
 from config.settings_fields import Settings
 from config.settings_parsers import parse_value
+from config.text import is_unicode
 
 __all__ = ["PREFIX", "Settings", "defaults", "load_settings", "problems", "settings", "shown"]
 
@@ -82,11 +83,8 @@ def _read(var: str, raw: str, table: BucketTable, values: dict[str, Any]) -> str
         return f"{var}: {REMOVED[name]}"
     if name not in _FIELDS:
         return f"{var}: unknown setting (see `recur settings` for the known ones)"
-    if not raw.isascii():
-        try:  # bytes that are not UTF-8 arrive as lone surrogates no driver can encode
-            raw.encode("utf-8")
-        except UnicodeEncodeError:
-            return f"{var}: not valid UTF-8 text"
+    if not is_unicode(raw):  # bytes that are not UTF-8 arrive as lone surrogates
+        return f"{var}: not valid UTF-8 text"
     try:
         value = parse_value(name, _FIELDS[name].type, raw, table)
         check_values({name: value}, table)

@@ -18,6 +18,7 @@ from typing import Any, NotRequired, TypedDict
 
 from config.errors import InvalidMessage, UnknownBucket
 from config.settings import Settings, settings
+from config.text import is_unicode
 
 REQUIRED_STRINGS = ("id", "user_id")
 KNOWN_FIELDS = frozenset({"id", "user_id", "bucket", "kind", "payload"})
@@ -46,7 +47,7 @@ def _require_string(message: Mapping[str, Any], name: str) -> str:
         raise InvalidMessage(name, f"must be a non-empty string, got {value!r:.60}")
     if len(value) > MAX_ID_LENGTH:
         raise InvalidMessage(name, f"longer than {MAX_ID_LENGTH} characters")
-    if not value.isascii() and not _is_unicode(value):
+    if not is_unicode(value):
         raise InvalidMessage(name, LONE_SURROGATE)
     return value
 
@@ -54,14 +55,6 @@ def _require_string(message: Mapping[str, Any], name: str) -> str:
 #: Why a text with a lone surrogate is refused on every path (the store's UTF-8 refuses it,
 #: a Redis key cannot name it), not only when it is stored.
 LONE_SURROGATE = "holds a lone surrogate: not valid Unicode, so it cannot be stored or sent"
-
-
-def _is_unicode(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def encoded_payload_size(payload: Any) -> int:
@@ -74,7 +67,7 @@ def encoded_payload_size(payload: Any) -> int:
         raise InvalidMessage("payload", "nested too deeply to encode as JSON") from None
     if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and _too_deep(payload):
         raise InvalidMessage("payload", f"nested more than {MAX_PAYLOAD_DEPTH} levels deep")
-    if "\\ud" in text and not _is_unicode(json.dumps(payload, ensure_ascii=False)):
+    if "\\ud" in text and not is_unicode(json.dumps(payload, ensure_ascii=False)):
         raise InvalidMessage("payload", LONE_SURROGATE)  # escaped above as \udXXX
     return len(text.encode())
 

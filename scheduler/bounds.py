@@ -22,6 +22,7 @@ from typing import Any
 
 from config.errors import InvalidSchedule
 from config.settings import Settings
+from config.text import is_unicode
 
 #: Control characters (C0, DEL, C1): refused in a job key (PostgreSQL refuses NUL in any
 #: text, and the others make a key that no operator can type or read back).
@@ -64,7 +65,7 @@ def job_key_problem(key: Any, limits: Limits, name: str = "job_key") -> str | No
     if bad is not None:
         return (f"{name}: control character U+{ord(bad.group()):04X} at position {bad.start()}"
                 " (a key holds printable characters only)")
-    if not key.isascii() and _lone_surrogate(key):
+    if not is_unicode(key):
         return f"{name}: not valid Unicode (a lone surrogate)"
     return None
 
@@ -140,17 +141,9 @@ def string_problem(args: list[Any], kwargs: Mapping[str, Any]) -> str | None:
 def _text_problem(text: str) -> str | None:
     if "\x00" in text:
         return NUL_REASON
-    if not text.isascii() and _lone_surrogate(text):
+    if not is_unicode(text):
         return "is not valid Unicode (a lone surrogate), which PostgreSQL cannot store"
     return None
-
-
-def _lone_surrogate(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
 
 
 def row_problem(job_key: str, args: str, limits: Limits) -> str | None:

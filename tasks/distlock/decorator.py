@@ -37,6 +37,7 @@ from config.errors import (
     LockUnavailable,
     LockWaitExceeded,
 )
+from config.text import is_unicode
 from routing import tracing
 from scheduler.wire import DISPATCH_HEADER, request_header
 from tasks import aio
@@ -99,21 +100,13 @@ class LockSpec:
         if not isinstance(user, str) or not user:
             raise InvalidMessage("user_id", f"the lock key must be a non-empty string, "
                                  f"got {user!r:.60}")
-        if not user.isascii() and not _encodable(user):
+        if not is_unicode(user):
             raise InvalidMessage("user_id", "the lock key is not valid Unicode "
                                  "(a lone surrogate): no Redis key can name it")
         if len(user) > MAX_KEY_CHARS:
             raise InvalidMessage("user_id", f"the lock key is {len(user)} characters, "
                                  f"at most {MAX_KEY_CHARS}")
         return user
-
-
-def _encodable(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = None,

@@ -47,8 +47,9 @@ BAD = {
                            "args[0].payload.name: contains a NUL character"),
     "NUL in a payload key": ((message(payload={"a\x00": 1}),), {}, {},
                              "args[0].payload: a key contains a NUL"),
-    "lone surrogate in the user id": ((message(user_id="u\udc00"),), {}, {},
-                                      "args[0].user_id: is not valid Unicode"),
+    # (one in the message's id, user_id or payload is the message check's: InvalidMessage)
+    "lone surrogate in a keyword argument": ((message(),), {"note": ["u\udc00"]}, {},
+                                             "kwargs.note[0]: is not valid Unicode"),
     "NUL in a keyword argument": ((message(),), {"note": ["x\x00"]}, {},
                                   "kwargs.note[0]: contains a NUL"),
     "oversized call": ((message(),), {"blob": "x" * 70_000}, {},

@@ -6,7 +6,6 @@ outage: the worker starts and its runs ride it out."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import uuid
@@ -18,14 +17,13 @@ import pytest
 
 from tests.support import services
 from tests.support.processes import recur_argv, spawn, wait_for_worker
+from tests.support.refusals import refusal_line, service_environment
 from tests.support.store_fixtures import run_pg
 
 pytestmark = pytest.mark.services
 
 
-def environment(**env: str) -> dict[str, str]:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("RECUR_")}
-    return {**full, **services.test_environment(), **env}
+environment = service_environment
 
 
 @pytest.fixture
@@ -39,12 +37,7 @@ def unmigrated_pg_url() -> Iterator[str]:
 
 
 def assert_refused(result: subprocess.CompletedProcess[str]) -> None:
-    out = result.stdout + result.stderr
-    assert result.returncode == 2, out
-    assert "Traceback" not in out
-    said = [line for line in result.stderr.splitlines() if line.startswith("recur:")]
-    assert len(said) == 1, out
-    assert "run `recur db upgrade`" in said[0]
+    assert "run `recur db upgrade`" in refusal_line(result)
 
 
 @pytest.mark.parametrize("store", ["empty_sqlite", "unmigrated_pg"])

@@ -1,0 +1,20 @@
+"""Text that every service can hold: the one test of a string's Unicode.
+
+A lone surrogate (an undecodable byte of an argument or environment value, or ``"\\ud800"``
+written by a producer) is a ``str`` that no UTF-8 encoder takes: PostgreSQL, the broker's
+JSON and Redis keys all refuse it, each with a traceback of its own. Every edge that
+takes text asks here first, so the refusal is one line naming the field.
+"""
+
+from __future__ import annotations
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (False: it holds a lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
