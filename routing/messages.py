@@ -65,20 +65,20 @@ def encoded_payload_size(payload: Any) -> int:
         raise InvalidMessage("payload", f"not a JSON value ({exc})") from exc
     except RecursionError:
         raise InvalidMessage("payload", "nested too deeply to encode as JSON") from None
-    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and _too_deep(payload):
+    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and too_deep(payload):
         raise InvalidMessage("payload", f"nested more than {MAX_PAYLOAD_DEPTH} levels deep")
     if "\\ud" in text and not is_unicode(json.dumps(payload, ensure_ascii=False)):
         raise InvalidMessage("payload", LONE_SURROGATE)  # escaped above as \udXXX
     return len(text.encode())
 
 
-def _too_deep(payload: Any) -> bool:
-    """Whether lists and objects nest more than MAX_PAYLOAD_DEPTH levels in ``payload``."""
+def too_deep(payload: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels in ``payload``."""
     todo = [(payload, 1)]
     while todo:
         value, depth = todo.pop()
         if isinstance(value, Mapping | list | tuple):
-            if depth > MAX_PAYLOAD_DEPTH:
+            if depth > limit:
                 return True
             items = value.values() if isinstance(value, Mapping) else value
             todo.extend((item, depth + 1) for item in items)

@@ -18,6 +18,8 @@ from typing import Any
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 
+from routing.messages import MAX_PAYLOAD_DEPTH, too_deep
+
 log: logging.Logger = get_logger(__name__)
 
 
@@ -50,7 +52,28 @@ def shape_problem(message: Any) -> str | None:
                                ("embed", embed, (dict, type(None)))):
         if not isinstance(value, kinds):
             return f"the body's {name} must be a {kinds[0].__name__}, got {type(value).__name__}"
+    # A message's payload nests at most MAX_PAYLOAD_DEPTH levels (routing/messages.py), a few
+    # more in the body: far deeper fails to pickle for the pool, or to unpickle in a child
+    # (which dies, and the message comes back), depending on the stack left at that point.
+    if _brackets(message) > BODY_DEPTH and (too_deep(args, BODY_DEPTH)
+                                            or too_deep(kwargs, BODY_DEPTH)):
+        return f"the body nests more than {BODY_DEPTH} levels deep"
     return None
+
+
+#: Deepest nesting of a body's args or kwargs (a message's payload limit and its envelope).
+BODY_DEPTH = MAX_PAYLOAD_DEPTH + 10
+
+
+def _brackets(message: Any) -> int:
+    """Opening brackets in the raw body: an upper bound of its nesting, cheap to count."""
+    raw = getattr(message, "body", b"")
+    if isinstance(raw, str):
+        return raw.count("[") + raw.count("{")
+    if isinstance(raw, bytes | bytearray | memoryview):
+        data = bytes(raw)
+        return data.count(b"[") + data.count(b"{")
+    return BODY_DEPTH + 1  # unknown: walk it
 
 
 #: Waits between reconnect attempts: the first, the step added per try, the longest.
