@@ -16,14 +16,24 @@ import re
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 
-from config.errors import InvalidRateLimit
+from config.errors import InvalidArgument, InvalidRateLimit
 from config.rates import Rate, parse_rate
 
 #: A destination's name: part of its Redis keys (a hash tag) and of its dead-letter queue.
 DESTINATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: What DESTINATION_NAME allows, for the lines that refuse a name.
+NAME_RULE = "letters, digits and '_.-', at most 64"
 #: What may follow a destination's URL.
 OPTIONS = ("rate", "burst")
 
+
+
+def check_destination_arg(name: str, option: str = "") -> None:
+    """InvalidArgument unless a command's ``name`` (given as ``option``) is a destination
+    name: one the settings could never hold would only look up nothing."""
+    if not DESTINATION_NAME.fullmatch(name):
+        label = f"{option} " if option else ""
+        raise InvalidArgument(f"{label}{name[:70]!r} is no destination name ({NAME_RULE})")
 
 class Destinations(Mapping[str, str]):
     """Each destination's URL by name (read-only, as every mapping setting is), and the
@@ -68,8 +78,8 @@ def parse_destinations(raw: str) -> Destinations:
             raise ValueError(f"{item[:100]!r} is not 'name:http(s)://...' (then, optionally, "
                              "rate=10/s burst=N)")
         if not DESTINATION_NAME.fullmatch(name):
-            raise ValueError(f"destination name {name[:70]!r} may hold only letters, digits and "
-                             "'_.-' (at most 64; it names Redis keys and a dead-letter queue)")
+            raise ValueError(f"destination name {name[:70]!r} may hold only {NAME_RULE} (it "
+                             "names Redis keys and a dead-letter queue)")
         urls[name] = url
         rate = _rate(name, options)
         if rate is not None:

@@ -82,8 +82,9 @@ class MessageTask(Task):  # type: ignore[misc]
         if plan is None and task_id is None and link is None and link_error is None:
             far, options = placed_at_submit(self, args, kwargs, options)  # a rate limit's slot
             if far is not None:
-                kept = {k: v for k, v in options.items() if k not in NOT_STORED}  # recur's
-                plan = store_plan(self.name, args, kwargs, {**kept, "eta": far}, None,  # choice
+                # the store is recur's choice here: not a reason to refuse the call
+                kept = {k: v for k, v in options.items() if k not in NOT_STORED}
+                plan = store_plan(self.name, args, kwargs, {**kept, "eta": far}, None,
                                   self.request, settings(), not_before=True)
         if plan is None:  # a locked job is numbered now, or refused (LockLineFull)
             options = numbered_at_submit(self, args, kwargs, broker_delay(options))

@@ -16,11 +16,11 @@ bound a destination's memory.
 
 from __future__ import annotations
 
-import json
 from typing import Any, TypeVar
 
 from config.errors import PermanentFailure, ResultTooLarge, UnknownStep
 from config.settings import Settings, settings
+from routing.reseq.body import UNSENDABLE, strict_json
 from routing.reseq.intake import step_name
 
 T = TypeVar("T")
@@ -84,9 +84,8 @@ def check_result(result: Any, destination: str, seq: int, message_id: str,
     """Refuse a step's result that is not JSON or larger than RECUR_RESEQ_MAX_ENTRY_BYTES."""
     limit = (cfg or settings()).reseq_max_entry_bytes
     try:
-        # as it is sent (routing/reseq/outbound.py): strict JSON (no NaN/Infinity), UTF-8
-        size = len(json.dumps(result, allow_nan=False, ensure_ascii=False).encode())
-    except (TypeError, ValueError, RecursionError) as exc:
+        size = len(strict_json(result))  # as it is sent (routing/reseq/body.py)
+    except UNSENDABLE as exc:
         raise PermanentFailure(f"destination {destination!r} seq {seq}: the step's result "
                                f"for message {message_id!r} is not JSON: {exc}") from exc
     if size > limit:

@@ -31,7 +31,6 @@ doubling backoff, and anything else is returned to the sender at once.
 
 from __future__ import annotations
 
-import json
 import os
 import ssl
 import threading
@@ -47,6 +46,7 @@ import httpx
 from config.destination_policy import Verdict, verdict_for
 from config.errors import ConfigError, DestinationUnavailable
 from config.settings import Settings
+from routing.reseq.body import UNSENDABLE, strict_json
 
 #: Bytes of an answer's body read at most (the start of a refusal's reason).
 BODY_LIMIT = 4096
@@ -184,8 +184,9 @@ def http_client() -> httpx.Client:
         return _client[1]
 
 
-def post(url: str, delivery: Delivery, timeout: float) -> tuple[int, str]:
-    """POST once, within ``timeout`` seconds all told: (status, detail).
+def post(url: str, delivery: Delivery, timeout: float, body: bytes) -> tuple[int, str]:
+    """POST ``body`` (the delivery's, :func:`strict_json`) once, within ``timeout`` seconds
+    all told: (status, detail).
 
     DestinationUnavailable when there is no complete answer in time or no
     connection.
@@ -193,8 +194,9 @@ def post(url: str, delivery: Delivery, timeout: float) -> tuple[int, str]:
     what = f"{delivery.destination} seq {delivery.seq}"
     token = _DEADLINE.set(time.monotonic() + timeout)
     try:
-        with http_client().stream("POST", url, json=delivery.body(),
-                                  headers=delivery.headers(), timeout=timeout) as response:
+        with http_client().stream("POST", url, content=body, headers={
+                **delivery.headers(), "Content-Type": "application/json"},
+                timeout=timeout) as response:
             head = read_at_most(response, BODY_LIMIT)
             return response.status_code, detail_of(response, head)
     except httpx.TimeoutException as exc:
@@ -235,12 +237,12 @@ def answer_once(url: str, delivery: Delivery, cfg: Settings) -> Answer:
     cannot be sent as JSON (NaN, a lone surrogate: buffered before steps' results were
     checked for them) is this message's fault: a dead letter, never a wedged sender."""
     try:
-        json.dumps(delivery.result, allow_nan=False, ensure_ascii=False).encode()
-    except (TypeError, ValueError, RecursionError) as exc:
+        body = strict_json(delivery.body())
+    except UNSENDABLE as exc:
         return Answer(0, Verdict.DEAD, f"{delivery.destination} seq {delivery.seq}: the "
                       f"result cannot be sent as JSON: {type(exc).__name__}: {exc}")
     try:
-        status, detail = post(url, delivery, cfg.send_timeout)
+        status, detail = post(url, delivery, cfg.send_timeout, body)
     except DestinationUnavailable as exc:
         return Answer(0, Verdict.RETRY, str(exc))
     return Answer(status, verdict_for(cfg, delivery.destination, status), detail)

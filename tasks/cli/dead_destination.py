@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from config.destinations import DESTINATION_NAME
+from config.destinations import check_destination_arg
 from config.errors import InvalidArgument, ResequencerFull
 from config.settings import settings
 from tasks.cli.params import DestinationArg
@@ -28,9 +28,8 @@ def check_choice(bucket: Any, destination: str | None) -> None:
         raise InvalidArgument("give a BUCKET or --destination DESTINATION (one of them)")
     if destination is not None and not destination.strip():
         raise InvalidArgument("--destination must name a destination")
-    if destination is not None and not DESTINATION_NAME.fullmatch(destination):
-        raise InvalidArgument(f"--destination {destination[:70]!r} is no destination name "
-                              f"(letters, digits and '_.-', at most 64)")
+    if destination is not None:
+        check_destination_arg(destination, "--destination")
 
 
 def line_of(dead: Any) -> str:

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from config.destinations import DESTINATION_NAME
+from config.destinations import check_destination_arg
 from config.errors import InvalidArgument
 from config.settings import settings
 from tasks.cli.group import cli
@@ -31,9 +31,7 @@ def resequencer_status(destinations: tuple[str, ...], show_skipped: int) -> None
     if not 0 <= show_skipped <= MAX_LIST:  # Redis would read -5 as "all but the last 4"
         raise InvalidArgument(f"--skipped must be 0..{MAX_LIST}, got {show_skipped}")
     for name in destinations:
-        if not DESTINATION_NAME.fullmatch(name):
-            raise InvalidArgument(f"{name[:70]!r} is no destination name (letters, digits "
-                                  "and '_.-', at most 64)")
+        check_destination_arg(name)
     reseq = Resequencer(get_redis(), settings())
     found = resequencer_statuses(destinations)
     if not found:
