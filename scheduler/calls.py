@@ -17,11 +17,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from config.buckets_in_use import bucket_table
 from config.errors import InvalidSchedule
 from config.settings import Settings
 from routing import tracing
 from routing.messages import validate_message
 from scheduler.bounds import Limits, check_call, check_job_key, check_retries
+from scheduler.call_options import NOT_STORED as NOT_STORED
+from scheduler.call_options import StoredRun, check_stored_options
 from scheduler.pullforward import pull_floor
 from scheduler.store import Job
 from scheduler.wire import Dispatch, dispatch_of, encode_call, message_of, with_trace
@@ -115,12 +118,6 @@ def check_message_options(options: Mapping[str, Any]) -> None:
         raise InvalidSchedule(f"headers must be a mapping, got {type(headers).__name__}")
 
 
-#: Celery options a stored call cannot keep: the scheduler publishes it later with its
-#: bucket's limits. A producer's call that sets one is refused rather than run without it
-#: (a task's retry, which Celery fills from its request, keeps the bucket's).
-NOT_STORED = ("time_limit", "soft_time_limit", "expires", "priority")
-
-
 @dataclass(frozen=True)
 class StorePlan:
     """A call that goes to the store: validated and encoded, not yet written."""
@@ -150,7 +147,8 @@ def resent_job_key(running: Dispatch | None, request: Any, task_name: str,
 
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                options: Mapping[str, Any], job_key: str | None, request: Any,
-               cfg: Settings, *, not_before: bool = False) -> StorePlan | None:
+               cfg: Settings, *, not_before: bool = False,
+               ignores_result: bool | None = None) -> StorePlan | None:
     """The store write for this call, or None when it should be published directly.
 
     Validates the delay options on every call and, for store calls, the message
@@ -158,7 +156,9 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     (scheduler/bounds.py: job key, encoded call), so nothing the store or the
     broker would refuse is written. A reschedule by the
     running job gets its pull-forward floor; ``not_before`` makes the due time
-    the floor.
+    the floor. A producer's ``task_id`` names the stored job (its job key, so the
+    AsyncResult a canvas froze finds it); its other options are checked by
+    scheduler/call_options.py (``ignores_result``: the task's own setting).
     """
     if not isinstance(not_before, bool):
         raise InvalidSchedule(f"not_before must be True or False, got {not_before!r}")
@@ -180,12 +180,16 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
         if options.get(name) and own is None:
             raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
+    task_id = options.get("task_id")
     if own is None and options.get("retries") is None:  # a producer's call, not a retry
-        for name in NOT_STORED:
-            if options.get(name) is not None:
-                raise InvalidSchedule(
-                    f"{name} is not kept by a call that goes to the due-jobs store (delay >= "
-                    f"{cfg.schedule_threshold}s or a job key): it runs with its bucket's")
+        if task_id is not None:
+            if job_key is not None and task_id != job_key:
+                raise InvalidSchedule(f"task_id {task_id!r:.60} and job_key {job_key!r:.60} "
+                                      "both name the stored job: give one")
+            key = check_job_key(task_id, limits, "task_id (the job key)")
+        check_stored_options(options, StoredRun(
+            task_name, bucket_table().get(message["bucket"]).queue, key, ignores_result),
+            cfg.schedule_threshold)
     if job_key is None and own is None:
         check_job_key(key, limits, "job_key (the message id)")
     text = encode_call(call_args, call_kwargs, check_retries(options.get("retries")),

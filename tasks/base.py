@@ -12,7 +12,8 @@ from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
 from routing.recurrence import check_call
-from scheduler.calls import NOT_STORED, due_time, store_plan, utcnow
+from scheduler.call_options import READ
+from scheduler.calls import due_time, store_plan, utcnow
 from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_of
 from tasks import aio, many
 from tasks.distlock.runtime import numbered_at_submit
@@ -77,13 +78,16 @@ class MessageTask(Task):  # type: ignore[misc]
         if self.recurs_by_payload:
             check_call(args, kwargs)
         plan = store_plan(self.name, args, kwargs,
-                          {**options, "link": link, "link_error": link_error},
-                          job_key, self.request, settings(), not_before=not_before)
+                          {**options, "task_id": task_id, "shadow": shadow, "link": link,
+                           "link_error": link_error},
+                          job_key, self.request, settings(), not_before=not_before,
+                          ignores_result=bool(self.ignore_result))
         if plan is None and task_id is None and link is None and link_error is None:
             far, options = placed_at_submit(self, args, kwargs, options)  # a rate limit's slot
             if far is not None:
                 # the store is recur's choice here: not a reason to refuse the call
-                kept = {k: v for k, v in options.items() if k not in NOT_STORED}
+                # (it runs as its stored run is published: docs/scheduler.md)
+                kept = {k: v for k, v in options.items() if k in READ}
                 plan = store_plan(self.name, args, kwargs, {**kept, "eta": far}, None,
                                   self.request, settings(), not_before=True)
         if plan is None:  # a locked job is numbered now, or refused (LockLineFull)

@@ -100,7 +100,7 @@ def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request:
     if task.recurs_by_payload:
         check_call(args, kwargs)
     plan = store_plan(task.name, args, kwargs, options, job_key, request, cfg,
-                      not_before=not_before)
+                      not_before=not_before, ignores_result=bool(task.ignore_result))
     if plan is None or plan.reschedule_of is not None:
         raise InvalidSchedule("the running task's own job: reschedule it with apply_async")
     return plan.job

@@ -148,3 +148,116 @@ def test_an_option_the_store_cannot_keep_is_refused_not_dropped(
     assert rows(store_in_use) == {}
     process_message.apply_async((message("m-3"),), countdown=None, **option)  # published
     wait_for(lambda: queue_depth(broker, "short") == 1, 10, "the published message")
+    with pytest.raises(InvalidSchedule, match=f"item 0: {next(iter(option))} is not kept"):
+        process_message.apply_many([message("m-4")], countdown=600, **option)
+    assert rows(store_in_use) == {}
+
+
+#: Options a stored run would not carry (scheduler/call_options.py), beside NOT_STORED.
+REFUSED = [
+    {"queue": "medium"}, {"routing_key": "medium"}, {"exchange": "elsewhere"},
+    {"exchange_type": "fanout"}, {"serializer": "pickle"}, {"compression": "zlib"},
+    {"content_type": "application/x-yaml"}, {"content_encoding": "latin-1"},
+    {"delivery_mode": 1}, {"headers": {"tenant": "a"}}, {"stamped_headers": ["s"]},
+    {"ignore_result": False}, {"correlation_id": "corr-1"}, {"shadow": "nice-name"},
+    {"argsrepr": "(...)"}, {"kwargsrepr": "{...}"}, {"expiration": 60},
+    {"user_id": "guest"}, {"app_id": "billing"}, {"declare": ["short"]},
+    {"immediate": True}, {"route_name": "x"},
+]
+
+
+def refused_everywhere(option: dict[str, Any]) -> None:
+    """``option`` refused by name on each store path: apply_async with a long delay or a
+    job key, apply_many as a shared option and on one call's signature."""
+    name = next(iter(option))
+    with pytest.raises(InvalidSchedule, match=f"^{name} is not kept") as refused:
+        process_message.apply_async((message(),), countdown=600, **option)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(InvalidSchedule, match=f"^{name} is not kept"):
+        process_message.apply_async((message("m-2"),), job_key="k-2", **option)
+    with pytest.raises(InvalidSchedule, match=f"item 0: {name} is not kept"):
+        process_message.apply_many([message("m-3")], countdown=600, **option)
+    with pytest.raises(InvalidSchedule, match=f"item 1: {name} is not kept"):
+        process_message.apply_many([message("m-4"), process_message.s(message("m-5")).set(
+            countdown=600, **option)])
+
+
+@pytest.mark.parametrize("option", REFUSED, ids=lambda o: next(iter(o)))
+def test_a_celery_option_the_stored_run_would_not_carry_is_refused(
+        store_in_use: DueStore, option: dict[str, Any]) -> None:
+    """The scheduler publishes a stored call later as its own message (JSON, persistent,
+    to its bucket's queue, its job key as task id): an option that changes that message
+    is refused by name, not lost."""
+    refused_everywhere(option)
+    assert rows(store_in_use) == {}
+
+
+def test_the_same_options_still_go_to_the_broker_on_a_short_delay(
+        store_in_use: DueStore, broker: Any) -> None:
+    process_message.apply_async((message(),), countdown=None, queue="medium",
+                                headers={"tenant": "a"}, compression="zlib")
+    wait_for(lambda: queue_depth(broker, "medium") == 1, 10, "the message in medium")
+    assert rows(store_in_use) == {}
+
+
+def test_harmless_forms_are_accepted_and_stored(store_in_use: DueStore) -> None:
+    """What names the stored run's own routing or format, what only concerns this call's
+    publish now, and the ids Celery's canvas fills in."""
+    from config.buckets_in_use import bucket_table
+    from config.settings import settings
+    from routing.queues import TASK_EXCHANGE, work_queue
+
+    harmless: dict[str, Any] = {
+        "queue": work_queue(bucket_table().get("short"), settings()), "routing_key": "short",
+        "exchange": TASK_EXCHANGE, "exchange_type": "topic", "serializer": "json",
+        "content_type": "application/json", "content_encoding": "utf-8", "delivery_mode": 2,
+        "compression": None, "headers": {}, "ignore_result": True, "correlation_id": "m-1",
+        "shadow": "tasks.process_message", "chain": None, "mandatory": True, "retry": True,
+        "retry_policy": {"max_retries": 1}, "timeout": 5, "confirm_timeout": 5,
+        "reply_to": "some-oid", "root_id": "r", "parent_id": "p", "group_id": "g",
+        "group_index": 0, "add_to_parent": False, "origin": "host", "time_limit": None,
+    }
+    result = process_message.apply_async((message(),), countdown=600, **harmless)
+    assert result.id == "m-1"
+    assert process_message.apply_many([message("m-2")], countdown=600, queue="short",
+                                      serializer="json", headers={}) == ["m-2"]
+    assert rows(store_in_use)["short"].scheduled == 2
+
+
+def test_a_task_id_names_the_stored_job(store_in_use: DueStore) -> None:
+    result = process_message.apply_async((message(),), countdown=600, task_id="t-1")
+    assert result.id == "t-1" and result.state == "SCHEDULED"
+    process_message.apply_async((message(),), job_key="t-2", task_id="t-2")  # the same
+    with pytest.raises(InvalidSchedule, match="task_id 't-3' and job_key 'k-3'"):
+        process_message.apply_async((message(),), job_key="k-3", task_id="t-3")
+    with pytest.raises(InvalidSchedule, match="task_id"):
+        process_message.apply_async((message(),), countdown=600, task_id="x" * 5000)
+    sig = process_message.s(message("m-9")).set(countdown=600, task_id="t-4")
+    assert process_message.apply_many([sig]) == ["t-4"]
+    got: list[Any] = []
+    far = datetime.now(UTC) + timedelta(days=1)
+    store_in_use.dispatch("short", 10, far, far, got.extend)
+    assert sorted(c.job_key for c in got) == ["t-1", "t-2", "t-4"]
+
+
+def test_canvas_calls_with_a_long_delay_go_to_the_store(store_in_use: DueStore) -> None:
+    """A frozen signature, a group of delayed signatures: each stored under the id Celery
+    froze, so the AsyncResult (and the GroupResult) canvas hands out finds its job."""
+    from celery import chain, group
+
+    sig = process_message.s(message("c-1")).set(countdown=600)
+    frozen = sig.freeze()
+    result = sig.apply_async()
+    assert result.id == frozen.id and result.state == "SCHEDULED"
+    assert process_message.s(message("c-2")).set(countdown=600).delay().id == "c-2"
+    grouped = group(process_message.s(message(f"g-{i}")).set(countdown=600)
+                    for i in range(3)).apply_async()
+    assert [r.state for r in grouped.results] == ["SCHEDULED"] * 3
+    with pytest.raises(InvalidSchedule, match=r"^chain is not kept"):  # the rest would be lost
+        chain(process_message.s(message("c-3")).set(countdown=600),
+              process_message.si(message("c-4"))).apply_async()
+    got: list[Any] = []
+    far = datetime.now(UTC) + timedelta(days=1)
+    store_in_use.dispatch("short", 10, far, far, got.extend)
+    assert sorted(c.job_key for c in got) == sorted(
+        [frozen.id, "c-2", *(r.id for r in grouped.results)])

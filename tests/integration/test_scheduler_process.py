@@ -43,6 +43,27 @@ def test_retry_goes_through_the_store_and_the_job_finishes(
     store.close()
 
 
+def test_a_published_message_retried_for_long_goes_through_the_store(
+        fresh_pg_url: str, broker: Any, start_worker: Any, start_scheduler: Any) -> None:
+    """Celery fills a retry's options from its request (exchange, routing key, reply_to,
+    headers, delivery info): the store takes it as a retry, not as a producer's call whose
+    options it would refuse."""
+    from tests.support.scheduler_tasks import retry_once
+
+    env = worker_env(fresh_pg_url, RECUR_SCHEDULE_THRESHOLD="1")
+    child, _ = start_worker("short", env=env, args=INCLUDE)
+    store = DueStore.open(fresh_pg_url)
+    msg = {"id": f"retry-{time.time_ns()}", "user_id": "u", "bucket": "short",
+           "payload": {"retry_in": 3}}
+    log = RunLog()
+    start_scheduler(env)
+    retry_once.apply_async((msg,))  # to the broker: its worker's retry goes to the store
+    wait_for(lambda: log.poll()[msg["id"]] == 1, 60, "the retried job to complete")
+    wait_until_empty(store, 10)
+    assert "Retry in 3s" in child.log()
+    store.close()
+
+
 def test_idle_workers_get_future_jobs_early(
         fresh_pg_url: str, broker: Any, start_worker: Any, start_scheduler: Any) -> None:
     env = worker_env(fresh_pg_url)

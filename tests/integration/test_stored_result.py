@@ -105,6 +105,27 @@ def test_plain_celery_code_on_stored_calls(fresh_pg_url: str, use_store: Any, br
     assert ctl.get(recurring) is None
 
 
+def test_a_canvas_of_delayed_calls_runs_under_the_ids_celery_froze(
+        fresh_pg_url: str, use_store: Any, broker: Any, start_worker: Any,
+        start_scheduler: Any) -> None:
+    """A frozen signature and a group of delayed signatures go to the store under the task
+    ids Celery froze for them: the results canvas handed out are the stored runs'."""
+    from celery import group
+
+    use_store(fresh_pg_url)
+    env = worker_env(fresh_pg_url)
+    start_worker("short", env=env, args=INCLUDE)
+    sig = answer.s(message(fresh("sig"), n=4)).set(countdown=30)
+    frozen = sig.freeze()
+    assert sig.apply_async().id == frozen.id
+    grouped = group(answer.s(message(fresh("grp"), n=n)).set(countdown=30)
+                    for n in (1, 2)).apply_async()
+    assert {r.state for r in grouped.results} == {"SCHEDULED"}
+    start_scheduler(env)  # an idle bucket pulls them forward
+    assert frozen.get(timeout=60)["answer"] == 8
+    assert [r["answer"] for r in grouped.get(timeout=60)] == [2, 4]
+
+
 def test_a_cancel_from_the_command_line_or_the_page_stores_revoked(
         store_url: str, use_store: Any, broker: Any, celery_app: Any) -> None:
     """``recur jobs cancel`` and ``recur jobs cancel --user`` (real processes) and the
