@@ -18,6 +18,7 @@ from types import MappingProxyType
 
 from config.errors import InvalidArgument, InvalidRateLimit
 from config.rates import Rate, parse_rate
+from config.redact import masked
 
 #: A destination's name: part of its Redis keys (a hash tag) and of its dead-letter queue.
 DESTINATION_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -80,13 +81,32 @@ def parse_destinations(raw: str) -> Destinations:
         if not DESTINATION_NAME.fullmatch(name):
             raise ValueError(f"destination name {name[:70]!r} may hold only {NAME_RULE} (it "
                              "names Redis keys and a dead-letter queue)")
-        urls[name] = url
+        urls[name] = _checked_url(name, url)
         rate = _rate(name, options)
         if rate is not None:
             rates[name] = rate
         else:
             rates.pop(name, None)
     return Destinations(urls, rates)
+
+
+def _checked_url(name: str, url: str) -> str:
+    """``url`` if the sender can POST to it; else ValueError saying why, at start, instead
+    of a destination that fails every send (no host, a port past 65535, a host name that
+    cannot be encoded). httpx is the sender's own parser, imported only here: a process
+    without destinations never loads it."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+        if not parsed.host:
+            raise ValueError("has no host")
+        if parsed.port is not None and not 0 < parsed.port < 65536:
+            raise ValueError(f"has port {parsed.port}, not 1-65535")
+        parsed.host.encode("idna")  # what the resolver does: labels of 1-63 bytes
+    except (httpx.InvalidURL, ValueError) as exc:  # IDNAError and UnicodeError are ValueErrors
+        raise ValueError(f"destination {name!r}: URL {masked(url)[:100]!r} {exc}") from None
+    return url
 
 
 def _rate(name: str, options: list[str]) -> Rate | None:

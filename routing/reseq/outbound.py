@@ -202,7 +202,9 @@ def post(url: str, delivery: Delivery, timeout: float, body: bytes) -> tuple[int
     except httpx.TimeoutException as exc:
         raise DestinationUnavailable(f"{what}: no complete answer within {timeout:g}s "
                                      f"(RECUR_SEND_TIMEOUT)") from exc
-    except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+    except (httpx.HTTPError, httpx.InvalidURL, OSError, ValueError) as exc:
+        # ValueError: a host the URL parser or the resolver cannot encode (IDNAError, a
+        # label over 63 bytes) raises it; escaping, it would fail the sender's task.
         raise DestinationUnavailable(f"{what}: {type(exc).__name__}: {exc}") from exc
     finally:
         _DEADLINE.reset(token)
@@ -220,16 +222,21 @@ def read_at_most(response: httpx.Response, limit: int) -> bytes:
 
 
 def detail_of(response: httpx.Response, head: bytes) -> str:
-    """The reason phrase and the start of the body, printable, on one line."""
+    """The reason phrase and the start of the body, printable, on one line, each cut to
+    DETAIL_CHARS (a reason phrase may be as long as the answer's whole head, ~100 KB)."""
+    phrase = printable(response.reason_phrase)
     if 200 <= response.status_code < 300:
-        return response.reason_phrase
+        return phrase
     encoding = response.headers.get("content-encoding", "identity")
-    text = (head.decode("utf-8", "replace") if encoding in ("", "identity")
-            else f"({encoding} body not shown)")
+    text = printable(head.decode("utf-8", "replace") if encoding in ("", "identity")
+                     else f"({encoding} body not shown)")
+    return f"{phrase}: {text}" if text else phrase
+
+
+def printable(text: str) -> str:
+    """``text`` on one line of printable characters, at most DETAIL_CHARS (then "...")."""
     text = " ".join("".join(c if c.isprintable() else " " for c in text).split())
-    if len(text) > DETAIL_CHARS:
-        text = text[:DETAIL_CHARS] + "..."
-    return f"{response.reason_phrase}: {text}" if text else response.reason_phrase
+    return text[:DETAIL_CHARS] + "..." if len(text) > DETAIL_CHARS else text
 
 
 def answer_once(url: str, delivery: Delivery, cfg: Settings) -> Answer:

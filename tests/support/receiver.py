@@ -6,7 +6,8 @@ to answer 503 for a destination, or to answer slowly; to answer any status
 (401, 404, a redirect with its Location, 400 ...) for a destination until told
 otherwise (``set(d, status=401)``), or for one sequence number (``refuse``); and
 to trickle its answer a byte at a time (``set(d, trickle=0.5)``), recording
-when the client hung up (``trickled``). Like a receiver that
+when the client hung up (``trickled``); or to answer raw bytes and hang up, or never
+answer (``set(d, raw=b"HTTP/1.1 999 ...")``, ``raw=b"hang"``). Like a receiver that
 honours ``X-Recur-Fence``, it refuses (409, recorded in ``fenced``) a request
 whose fence is lower than one it already accepted for the destination: the
 late send of a sender whose lease ran out.
@@ -50,6 +51,9 @@ class Behaviour:
     body: bytes = b""
     #: Answer with ``status`` (or 200) and a body that never ends, as fast as it is read.
     endless: bool = False
+    #: Answer with these bytes as they are (a broken status line, a cut-off head, a bad
+    #: chunk, ...) and close the connection; ``b"hang"``: read the request, never answer.
+    raw: bytes = b""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ class Receiver:
                     return
                 if how.endless:
                     receiver.endless(self, how.status or 200)
+                    return
+                if how.raw:
+                    receiver.raw(self, how.raw)
                     return
                 code = receiver.answer(destination, body,
                                        int(self.headers.get("X-Recur-Fence", 0)))
@@ -195,6 +202,20 @@ class Receiver:
         handler.close_connection = True
         with self.lock:
             self.endless_sent.append(sent)
+
+    def raw(self, handler: BaseHTTPRequestHandler, answer: bytes) -> None:
+        """Write ``answer`` as it is and hang up (``b"hang"``: hold the connection open,
+        answering nothing, until the client hangs up)."""
+        handler.close_connection = True
+        try:
+            if answer == b"hang":
+                while handler.rfile.read(1):
+                    pass
+                return
+            handler.wfile.write(answer)
+            handler.wfile.flush()
+        except OSError:
+            pass
 
     def answer(self, destination: str, body: dict[str, Any], fence: int = 0) -> int:
         with self.lock:

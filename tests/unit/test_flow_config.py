@@ -40,8 +40,13 @@ def test_a_destination_may_have_a_rate_and_a_burst() -> None:
     ("b:http://h/ burst=3", "destination 'b': burst= needs a rate="),
     ("b:http://h/ speed=3", "destination 'b': 'speed=3' is not rate=<n>/<s|m|h> or burst=<n>"),
     ("b:http://h/ rate=1/s rate=2/s", "destination 'b': rate= given twice"),
+    # A URL no send can use is refused at start, not failed (or crashed on) at every send.
+    ("b:http:///in", "destination 'b': URL 'http:///in' has no host"),
+    ("b:https://h:99999/in", "destination 'b': URL 'https://h:99999/in' has port 99999"),
+    ("b:http://xn--bad-.test/in", "destination 'b': URL 'http://xn--bad-.test/in' "),
+    ("b:http://" + "a" * 64 + ".test/in", "destination 'b': URL 'http://aaaa"),
 ])
-def test_a_bad_destination_rate_is_one_line_naming_it(value: str, problem: str) -> None:
+def test_a_bad_destination_rate_or_url_is_one_line_naming_it(value: str, problem: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_settings({"RECUR_DESTINATIONS": value})
     text = str(info.value)
