@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from types import MappingProxyType
 from typing import Literal
 
@@ -66,15 +67,17 @@ class BucketTable:
     #: Tasks' own default rate limits, by task name (``[tasks."<name>"]``).
     task_rates: Mapping[str, RateDefault] = field(default_factory=lambda: MappingProxyType({}))
 
-    @property
+    # Cached (the table is frozen): every message looks its bucket up, and building the
+    # mapping per lookup was ~2 % of a bulk enqueue's CPU.
+    @cached_property
     def by_name(self) -> Mapping[str, Bucket]:
         return MappingProxyType({b.name: b for b in self.buckets})
 
-    @property
+    @cached_property
     def by_queue(self) -> Mapping[str, Bucket]:
         return MappingProxyType({b.queue: b for b in self.buckets})
 
-    @property
+    @cached_property
     def names(self) -> tuple[str, ...]:
         return tuple(b.name for b in self.buckets)
 

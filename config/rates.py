@@ -16,6 +16,10 @@ UNITS = {"s": 1.0, "sec": 1.0, "second": 1.0, "m": 60.0, "min": 60.0, "minute": 
 RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*/\s*([a-z]+)\s*")
 #: The most jobs one key may start at once (a larger burst is no limit at all).
 MAX_BURST = 100_000
+#: The longest wait between two starts a rate may ask for: ten years, as the longest
+#: ``every`` of a recurring message (a slower rate is a typo, and its next slot would
+#: overflow a date).
+MAX_INTERVAL_S = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ def parse_rate(text: object, burst: object = None) -> Rate:
     count = float(found.group(1))
     if not math.isfinite(count) or count <= 0:
         raise InvalidRateLimit(f"rate {text!r:.40}: the count must be above 0")
+    if UNITS[found.group(2)] / count > MAX_INTERVAL_S:
+        raise InvalidRateLimit(f"rate {text!r:.40} is slower than one start in ten years")
     return Rate(count, UNITS[found.group(2)], check_burst(burst))
 
 

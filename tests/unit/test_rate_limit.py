@@ -26,7 +26,9 @@ def test_rates_in_each_unit(text: str, per_second: float, interval_ms: float) ->
     ("10", None, "is not '<count>/<unit>'"), ("10/d", None, "unit s, m or h"),
     ("0/s", None, "above 0"), ("-1/s", None, "is not"), (10, None, "must be a string"),
     ("10/s", 0, "burst must be"), ("10/s", 2.5, "burst must be"),
-    ("10/s", True, "burst must be"), ("10/s", 10**9, "burst must be")])
+    ("10/s", True, "burst must be"), ("10/s", 10**9, "burst must be"),
+    # a start every 114,000 years: its next slot would overflow a date at every delivery
+    ("0.000000001/h", None, "slower than one start in ten years")])
 def test_bad_rates_and_bursts_are_refused_when_decorating(rate: Any, burst: Any,
                                                            names: str) -> None:
     with pytest.raises(ConfigError, match=names) as caught:
