@@ -6,7 +6,8 @@ caller (:func:`config.settings.problems`) names the variable.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from keyword import iskeyword
 from types import MappingProxyType
 from typing import Any
 
@@ -40,12 +41,27 @@ def _parse_steps(raw: str) -> Mapping[str, str]:
     return MappingProxyType(steps)
 
 
+def _is_module_name(name: str) -> bool:
+    """Whether ``import name`` could name it: dotted identifiers, none a keyword."""
+    return all(part.isidentifier() and not iskeyword(part) for part in name.split("."))
+
+
 def _parse_imports(raw: str) -> tuple[str, ...]:
     names = tuple(filter(None, (part.strip() for part in raw.split(","))))
     for name in names:
-        if not all(part.isidentifier() for part in name.split(".")):
+        if not _is_module_name(name):
             raise ValueError(f"{name!r} is not a module name like 'myapp.tasks'")
     return names
+
+
+def _parse_setup(raw: str) -> str:
+    """RECUR_OTEL_SETUP's syntax only (nothing imported: commands that never trace check
+    it too); empty, or 'package.module:function'."""
+    module, sep, function = raw.strip().partition(":")
+    if raw.strip() and not (sep and _is_module_name(module) and _is_module_name(function)
+                            and "." not in function):
+        raise ValueError(f"{raw.strip()!r:.80} is not 'package.module:function'")
+    return raw.strip()
 
 
 def _parse_bool(raw: str) -> bool:
@@ -58,20 +74,20 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError("must be 1, 0, true, false, yes or no")
 
 
+#: The text settings with a syntax of their own, by name (kinds: see parse_value).
+_TEXT_PARSERS: dict[str, Callable[[str], Any]] = {
+    "imports": _parse_imports, "otel_setup": _parse_setup,
+    "destinations": parse_destinations, "reseq_steps": _parse_steps,
+    "destination_outage_statuses": parse_statuses, "destination_policies": parse_policies,
+}
+
+
 def parse_value(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
     """A setting's raw text as its field's type (ValueError saying why it is not one)."""
     if name == "kinds":
         return _parse_kinds(raw, table)
-    if name == "imports":
-        return _parse_imports(raw)
-    if name == "destinations":
-        return parse_destinations(raw)
-    if name == "reseq_steps":
-        return _parse_steps(raw)
-    if name == "destination_outage_statuses":
-        return parse_statuses(raw)
-    if name == "destination_policies":
-        return parse_policies(raw)
+    if name in _TEXT_PARSERS:
+        return _TEXT_PARSERS[name](raw)
     if kind in (bool, "bool"):
         return _parse_bool(raw)
     if kind in (int, "int"):

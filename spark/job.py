@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from config.errors import RecurError, SeedInputError
+from config.errors import RecurError
 from config.settings import settings
 from scheduler.store.bulk import BulkSink, open_bulk, register_task
 from scheduler.store.bulk_indexes import build_indexes, defer_indexes
@@ -37,6 +37,7 @@ from spark.load import (
     store_lines,
 )
 from spark.options import SeedOptions, parse_options
+from spark.preflight import check_invocation, guard_rejects_path
 from spark.progress import Progress
 from spark.session import seed_session, unmeasured_arrow_batches
 from spark.transform import REJECT_COLUMNS, TASK, Rules, check, message_json
@@ -75,16 +76,6 @@ def source_frame(spark: SparkSession, opts: SeedOptions, rules: Rules) -> DataFr
                                         -(-opts.generate // GENERATED_PER_PARTITION))
     return generate(spark, opts.generate, opts.seed, partitions, rules.kinds,
                     opts.every, opts.runs, opts.jitter)
-
-
-def guard_rejects_path(path: str) -> None:
-    """Refuse to let Spark's overwrite delete a local directory that is not a rejects output."""
-    local = Path(path)
-    if "://" in path or not local.exists():
-        return
-    if not local.is_dir() or (any(local.iterdir()) and not (local / "_SUCCESS").exists()):
-        raise SeedInputError(f"--rejects {path!r} exists and is not an earlier rejects "
-                             "output: refusing to overwrite it")
 
 
 #: Rows per store transaction: big enough to amortise a commit (and a merge), small enough
@@ -192,6 +183,11 @@ def run_seed(spark: SparkSession, opts: SeedOptions,
 def main(argv: list[str]) -> int:
     """Run the seed job from a command line; 0 on success, 2 on our errors."""
     opts = parse_options(argv)
+    try:  # what can be refused before Spark starts (and prints its banner)
+        check_invocation(opts)
+    except RecurError as exc:
+        print(f"recur: seed: {exc}", file=sys.stderr)
+        return 2
     spark = seed_session(opts.master)
     try:
         report = run_seed(spark, opts, emit=lambda line: print(line, flush=True))

@@ -28,6 +28,8 @@ from routing.jitter import HASH_BITS, HASH_HEX, SLACK
 from routing.messages import MAX_ID_LENGTH
 from scheduler.bounds import CONTROL as BOUNDS_CONTROL
 from scheduler.bounds import NUL_REASON
+from spark.parse import strict_parse_json
+from spark.schedule_checks import overflow_check, schedule_checks, schedule_columns
 
 #: The task every seeded job runs; the scheduler publishes ``args`` to it as-is.
 TASK = "tasks.process_message"
@@ -47,11 +49,12 @@ class Rules:
     kinds: Mapping[str, str]
     max_payload_bytes: int
     max_job_key_bytes: int = 512
+    min_every: float = 0.1
 
     @classmethod
     def from_settings(cls, cfg: Settings) -> Rules:
         return cls(cfg.buckets.names, dict(cfg.kinds), cfg.max_payload_bytes,
-                   cfg.max_job_key_bytes)
+                   cfg.max_job_key_bytes, cfg.min_every)
 
 
 Check = tuple[Column, Column]
@@ -137,6 +140,7 @@ def _payload_checks(rules: Rules) -> list[Check]:
     return [
         (F.col("payload").isNull(), F.lit("payload: missing (use null for no payload)")),
         (F.col("payload_json").isNull(), F.lit("payload: not a JSON value")),
+        overflow_check(),
         (size > rules.max_payload_bytes, F.concat(
             F.lit("payload: "), size.cast("string"),
             F.lit(f" bytes encoded, over the limit of {rules.max_payload_bytes}"
@@ -166,10 +170,17 @@ def _store_checks(rules: Rules) -> list[Check]:
     ]
 
 
+#: The due times a store row may hold: Python's datetime (the scheduler reads them) ends
+#: with year 9999; Spark's and PostgreSQL's go further.
+DUE_RANGE = ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59.999Z")
+
+
 def _due_checks() -> list[Check]:
-    due = F.col("due_at")
-    return [(due.isNotNull() & F.try_to_timestamp(due).isNull(),
-             F.lit("due_at: not an ISO-8601 time"))]
+    due, at = F.col("due_at"), F.try_to_timestamp(F.col("due_at"))
+    return [(F.array_contains("non_strings", "due_at") | (due.isNotNull() & at.isNull()),
+             F.lit("due_at: not an ISO-8601 time")),
+            (~at.between(*[F.to_timestamp(F.lit(t)) for t in DUE_RANGE]),
+             F.lit("due_at: out of range (years 1 to 9999)"))]
 
 
 def _first_problem(checks: list[Check]) -> Column:
@@ -188,10 +199,11 @@ def check(raw: DataFrame, rules: Rules) -> DataFrame:
     own projection so Spark computes the parsed payload and the reason once.
     """
     checks = [*_string_checks("id"), *_string_checks("user_id"), *_bucket_checks(rules),
-              *_payload_checks(rules), *_due_checks(), *_store_checks(rules)]
-    parsed = raw.select("*", F.try_parse_json("payload").alias("payload_json"),
+              *_payload_checks(rules), *schedule_checks(rules.min_every), *_due_checks(),
+              *_store_checks(rules)]
+    parsed = raw.select("*", strict_parse_json(F.col("payload")).alias("payload_json"),
                         F.coalesce(F.col("bucket"), _kind_bucket(rules)).alias("resolved_bucket"))
-    compact = parsed.select("*", compact_payload().alias("payload_text"))
+    compact = parsed.select("*", compact_payload().alias("payload_text"), *schedule_columns())
     reasoned = compact.select("*", _first_problem(checks).alias("reason"))
     return reasoned.select("*", F.substring_index("reason", ":", 1).alias("field"))
 

@@ -26,5 +26,16 @@ def import_task_modules(names: Iterable[str]) -> list[str]:
             sys.modules.pop(name, None)
             raise TaskModuleError(f"RECUR_IMPORTS: cannot import {name!r}: "
                                   f"{type(exc).__name__}: {exc}") from exc
+        except (SystemExit, KeyboardInterrupt) as exc:  # it would end the process silently
+            sys.modules.pop(name, None)
+            raise TaskModuleError(f"RECUR_IMPORTS: cannot import {name!r}: it "
+                                  f"{_what_ended(exc)} at import") from None
         done.append(name)
     return done
+
+
+def _what_ended(exc: SystemExit | KeyboardInterrupt) -> str:
+    """What a module that tried to end the process did: sys.exit(3) is SystemExit(3)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "raised KeyboardInterrupt"
+    return f"raised SystemExit({exc.code!r:.60}) (sys.exit)"

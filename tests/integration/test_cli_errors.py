@@ -106,6 +106,12 @@ CASES = {
     "unknown log level": (["status"], {"RECUR_LOG_LEVEL": "loud"}, "RECUR_LOG_LEVEL="),
     "variable not UTF-8": (["status"], {"RECUR_KEY_PREFIX": "p\udcff"},
                            "RECUR_KEY_PREFIX: not valid UTF-8"),
+    # syntax checked by every command, nothing imported (the worker imports them)
+    "tracing hook without a function": (["status"], {"RECUR_OTEL_SETUP": "myapp.tracing"},
+                                         "RECUR_OTEL_SETUP="),
+    "tracing hook not a name": (["topology"], {"RECUR_OTEL_SETUP": "my-app:install"},
+                                "RECUR_OTEL_SETUP="),
+    "task module a keyword": (["status"], {"RECUR_IMPORTS": "myapp.class"}, "RECUR_IMPORTS="),
 }
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from scheduler.store import DueStore, Job
 from tests.support import services
 from tests.support.processes import Child, recur_argv, spawn, wait_for, wait_for_worker
+from tests.support.refusals import refusal_line, service_environment
 from tests.support.scheduler_support import wait_until_empty, worker_env
 from tests.support.user_module import user_records, write_user_module
 
@@ -106,3 +107,21 @@ def test_a_task_module_that_cannot_be_imported_is_one_line_and_nothing_starts(
         assert done.stderr.strip().splitlines() == [
             "recur: RECUR_IMPORTS: cannot import 'no_such_module_for_recur': "
             "ModuleNotFoundError: No module named 'no_such_module_for_recur'"]
+
+
+def test_a_task_module_that_exits_at_import_is_one_line_naming_it(
+        fresh_pg_url: str, tmp_path: Path) -> None:
+    """sys.exit(3), SystemExit or KeyboardInterrupt in a user's module: no silent exit 3."""
+    modules = {"exits_three": ("import sys\nsys.exit(3)\n", "SystemExit(3)"),
+               "raises_exit": ("raise SystemExit('bye')\n", "SystemExit('bye')"),
+               "interrupts": ("raise KeyboardInterrupt\n", "KeyboardInterrupt")}
+    for module, (source, said) in modules.items():
+        (tmp_path / f"{module}.py").write_text(source)
+        env = service_environment(RECUR_DATABASE_URL=fresh_pg_url, RECUR_IMPORTS=module,
+                                  PYTHONPATH=os.pathsep.join([str(tmp_path),
+                                                              str(services.ROOT)]))
+        for command in (("worker", "io"), ("scheduler",)):
+            done = subprocess.run(recur_argv(*command), env=env, capture_output=True,
+                                  text=True, timeout=60, cwd=services.ROOT)
+            line = refusal_line(done)
+            assert f"RECUR_IMPORTS: cannot import {module!r}" in line and said in line, line
