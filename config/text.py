@@ -8,6 +8,10 @@ takes text asks here first, so the refusal is one line naming the field.
 
 from __future__ import annotations
 
+#: Why a text with a lone surrogate is refused on every path (the store's UTF-8 refuses it,
+#: a Redis key cannot name it), not only when it is stored.
+LONE_SURROGATE = "holds a lone surrogate: not valid Unicode, so it cannot be stored or sent"
+
 
 def is_unicode(text: str) -> bool:
     """Whether ``text`` encodes as UTF-8 (False: it holds a lone surrogate)."""

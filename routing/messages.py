@@ -18,7 +18,7 @@ from typing import Any, NotRequired, TypedDict
 
 from config.errors import InvalidMessage, UnknownBucket
 from config.settings import Settings, settings
-from config.text import is_unicode
+from config.text import LONE_SURROGATE, is_unicode
 
 REQUIRED_STRINGS = ("id", "user_id")
 KNOWN_FIELDS = frozenset({"id", "user_id", "bucket", "kind", "payload"})
@@ -52,9 +52,6 @@ def _require_string(message: Mapping[str, Any], name: str) -> str:
     return value
 
 
-#: Why a text with a lone surrogate is refused on every path (the store's UTF-8 refuses it,
-#: a Redis key cannot name it), not only when it is stored.
-LONE_SURROGATE = "holds a lone surrogate: not valid Unicode, so it cannot be stored or sent"
 
 
 def encoded_payload_size(payload: Any) -> int:

@@ -29,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from config.buckets_in_use import bucket_table
 from config.durations import duration_seconds
 from config.errors import InvalidArgument, JobInFlight, UnknownJob
+from config.text import LONE_SURROGATE, is_unicode
 from scheduler.store import DueStore
 from scheduler.store.control import STATES, JobControl, JobFilter, JobRow, Page
 
@@ -87,8 +88,25 @@ def _shown(text: str) -> str:
     return repr(text[:SHOWN]) + ("..." if len(text) > SHOWN else "")
 
 
+def _text(what: str, text: str) -> str:
+    """``text`` if the store can hold it (a lone surrogate: one line, not the driver's
+    UnicodeEncodeError), for the Python API and Flower as the command line refuses it."""
+    if not is_unicode(text):
+        raise InvalidArgument(f"{what} {_shown(text)} {LONE_SURROGATE}")
+    return text
+
+
+def _user(user: str) -> str:
+    if not _text("user id", user).strip():  # as cancel does: blank is a mistake
+        raise InvalidArgument("--user needs a user id")
+    return user
+
+
 def check_filter(f: JobFilter) -> JobFilter:
     """Refuse a filter that names an unknown bucket or state, or an empty range."""
+    for what, text in (("user id", f.user), ("task", f.task), ("bucket", f.bucket)):
+        if text is not None:
+            _text(what, text)
     if f.user is not None and not f.user.strip():  # as cancel does: blank is a mistake
         raise InvalidArgument("--user needs a user id")
     if f.task is not None and not f.task.strip():
@@ -103,7 +121,7 @@ def check_filter(f: JobFilter) -> JobFilter:
 
 
 def show(ctl: JobControl, job_key: str) -> JobRow:
-    row = ctl.get(job_key)
+    row = ctl.get(_text("job key", job_key))
     if row is None:
         raise UnknownJob(f"no job {_shown(job_key)}")
     return row
@@ -126,7 +144,7 @@ def list_jobs(ctl: JobControl, f: JobFilter, limit: int = 50, after: str | None 
 
 def cancel(ctl: JobControl, job_key: str) -> JobRow:
     """Delete the job; the row as it was (its ``state`` says whether a copy was in flight)."""
-    row = ctl.cancel(job_key)
+    row = ctl.cancel(_text("job key", job_key))
     if row is None:
         raise UnknownJob(f"no job {_shown(job_key)}")
     return row
@@ -136,9 +154,7 @@ def cancel_user(ctl: JobControl, user: str,
                 then: Callable[[list[JobRow]], None] | None = None) -> Counter[str]:
     """Delete every job of ``user``; the count per state they were in (``then`` gets
     each batch's rows once deleted: JobControl.cancel_user)."""
-    if not user.strip():
-        raise InvalidArgument("--user needs a user id")
-    return ctl.cancel_user(user, then)
+    return ctl.cancel_user(_user(user), then)
 
 
 def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
@@ -146,7 +162,7 @@ def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
     """Make the scheduled job due at ``due_at`` (not pulled forward before it)."""
     if due_at.tzinfo is None:
         raise InvalidArgument(f"time {due_at.isoformat()} is naive: give a timezone-aware time")
-    moved = ctl.move(job_key, due_at, now or datetime.now(UTC))
+    moved = ctl.move(_text("job key", job_key), due_at, now or datetime.now(UTC))
     if moved is not None:
         return moved
     row = ctl.get(job_key)
@@ -161,8 +177,7 @@ def reschedule_user(ctl: JobControl, user: str, due_at: datetime,
                     now: datetime | None = None) -> tuple[int, int]:
     """Make every scheduled job of ``user`` due at ``due_at`` (not pulled forward before
     it); dispatched ones keep the time their running copy sets. (moved, left as they were)."""
-    if not user.strip():
-        raise InvalidArgument("--user needs a user id")
+    _user(user)
     if due_at.tzinfo is None:
         raise InvalidArgument(f"time {due_at.isoformat()} is naive: give a timezone-aware time")
     return ctl.move_user(user, due_at, now or datetime.now(UTC))

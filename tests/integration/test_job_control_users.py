@@ -51,3 +51,21 @@ def test_a_cursor_of_another_listing_is_refused_by_name(store: DueStore) -> None
     second = api.list_jobs(ctl, JobFilter(bucket="short", state="scheduled"), 1,
                            by_due.cursor)
     assert [r.job_key for r in second.jobs] == ["k1"]
+
+
+def test_text_the_store_cannot_hold_is_refused_by_name_and_nothing_changes(
+        store: DueStore) -> None:
+    """A lone surrogate (the Python API's or Flower's input: the command line refuses
+    undecodable arguments itself) got the driver's UnicodeEncodeError, not a line."""
+    ctl = JobControl(store)
+    store.schedule([job("kept", "u", NOW + timedelta(hours=1))], NOW)
+    bad = "k\ud800"
+    calls = [lambda: api.show(ctl, bad), lambda: api.cancel(ctl, bad),
+             lambda: api.reschedule(ctl, bad, NOW, NOW),
+             lambda: api.cancel_user(ctl, bad), lambda: api.reschedule_user(ctl, bad, NOW, NOW),
+             lambda: api.list_jobs(ctl, JobFilter(user=bad)),
+             lambda: api.list_jobs(ctl, JobFilter(task=bad))]
+    for call in calls:
+        with pytest.raises(InvalidArgument, match="lone surrogate"):
+            call()
+    assert [r.job_key for r in api.list_jobs(ctl, JobFilter()).jobs] == ["kept"]
