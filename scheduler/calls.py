@@ -145,6 +145,14 @@ def resent_job_key(running: Dispatch | None, request: Any, task_name: str,
     return None
 
 
+def is_retry(options: Mapping[str, Any], request: Any) -> bool:
+    """Whether this call is a task's ``retry()``: Celery fills ``retries`` (and the rest of
+    its options) from the running request. A producer's own ``retries=`` outside a run
+    is a producer's call, its options checked like any other."""
+    return (options.get("retries") is not None and request is not None
+            and not getattr(request, "called_directly", True))
+
+
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                options: Mapping[str, Any], job_key: str | None, request: Any,
                cfg: Settings, *, not_before: bool = False,
@@ -181,7 +189,7 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
             raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
     task_id = options.get("task_id")
-    if own is None and options.get("retries") is None:  # a producer's call, not a retry
+    if own is None and not is_retry(options, request):  # a producer's call
         if task_id is not None:
             if job_key is not None and task_id != job_key:
                 raise InvalidSchedule(f"task_id {task_id!r:.60} and job_key {job_key!r:.60} "

@@ -150,6 +150,9 @@ def test_an_option_the_store_cannot_keep_is_refused_not_dropped(
     wait_for(lambda: queue_depth(broker, "short") == 1, 10, "the published message")
     with pytest.raises(InvalidSchedule, match=f"item 0: {next(iter(option))} is not kept"):
         process_message.apply_many([message("m-4")], countdown=600, **option)
+    # a producer's own retries= outside a run is no retry: its options are checked too
+    with pytest.raises(InvalidSchedule, match=f"{next(iter(option))} is not kept"):
+        process_message.apply_async((message("m-5"),), countdown=600, retries=1, **option)
     assert rows(store_in_use) == {}
 
 
