@@ -15,6 +15,7 @@ that breaks a bound is set aside with the reason, never published.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,3 +151,17 @@ def row_problem(job_key: str, args: str, limits: Limits) -> str | None:
     """Why a stored row must not be published (the size bounds apply_async keeps), or
     None: a row another writer put in the store is checked before its message is built."""
     return key_size_problem(job_key, limits) or call_size_problem(args, limits)
+
+
+def stored_text_problem(text: str) -> str | None:
+    """Why a stored call's text holds a string no store may (a NUL or a lone surrogate,
+    as an escape: SQLite takes what another writer put there), or None. Only a text
+    showing such an escape is parsed; text that is not JSON is left to the decoder."""
+    if not any(escape in text for escape in SUSPECT):
+        return None
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    problem = string_problem(body if isinstance(body, list) else [body], {})
+    return None if problem is None else f"the stored call: {problem}"

@@ -168,6 +168,10 @@ def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
     row = ctl.get(job_key)
     if row is None:
         raise UnknownJob(f"no job {_shown(job_key)}")
+    if row.state != "dispatched":  # set aside, or a state another writer put there
+        raise JobInFlight(f"job {_shown(job_key)} is {row.state}, not scheduled: `recur dead "
+                          "list --store` says why a set-aside job is, `recur dead replay "
+                          "--store --key KEY` schedules it again, `recur jobs cancel` drops it")
     raise JobInFlight(f"job {_shown(job_key)} is dispatched (token {row.token}, lease until "
                       f"{row.due_at.isoformat()}): its running copy sets its next time; "
                       "cancel it, or reschedule it once it is scheduled again")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from config.buckets_in_use import bucket_table
 from config.errors import InvalidMessage
 from scheduler import frames
-from scheduler.bounds import Limits, row_problem
+from scheduler.bounds import Limits, row_problem, stored_text_problem
 from scheduler.refusals import (
     TOO_LARGE,
     UNDECODABLE,
@@ -81,6 +81,9 @@ class Framing:
             return unknown_bucket(row.bucket)
         if not row.task:
             return Refusal(UNDECODABLE, "its task code has no name in due_tasks")
+        problem = stored_text_problem(row.args)
+        if problem is not None:
+            return Refusal(UNDECODABLE, problem)
         try:
             message = build(row)
         except InvalidMessage as exc:

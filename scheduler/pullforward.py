@@ -39,4 +39,7 @@ def pull_floor(asked_at: datetime, due_at: datetime, cfg: Settings, *,
     start = asked_at if ran_due is None else max(asked_at, ran_due)
     delay = max((due_at - asked_at).total_seconds(), 0.0)
     gap = max(cfg.pull_forward_min_seconds, cfg.pull_forward_fraction * delay)
-    return min(start + timedelta(seconds=gap), due_at)
+    try:
+        return min(start + timedelta(seconds=gap), due_at)
+    except OverflowError:  # a run due near year 9999 (a row another writer put there)
+        return due_at

@@ -45,7 +45,7 @@ from scheduler.store.records import (
     leases_of,
     refused_rows,
 )
-from scheduler.store.schema import DISPATCHED, NO_FLOOR
+from scheduler.store.schema import DISPATCHED, NO_FLOOR, next_token
 from scheduler.store.schema_check import check_schema
 
 #: Built once per dialect: building it each call was a third of a producer's call.
@@ -151,8 +151,8 @@ class DueStore(StoreCore):
             with self._raw.transaction(f"dispatch bucket {bucket}") as run:
                 rows = claim_rows(run, claim, params, dealt and not early)
                 names = self._names_of({code for _, code, *_ in rows})
-                claimed = [Claimed(key, names.get(code, ""), bucket, args, due, token + 1,
-                                   lease_until)
+                claimed = [Claimed(key, names.get(code, ""), bucket, args, due,
+                                   next_token(token), lease_until)
                            for key, code, args, due, token in rows]
                 if not claimed:
                     return 0
@@ -164,8 +164,8 @@ class DueStore(StoreCore):
             return sum(map(len, leases.values()))
         with self.transaction(f"dispatch bucket {bucket}") as conn:
             claimed = [Claimed(job_key=r.job_key, task=self.task_name(conn, r.task_id),
-                               bucket=bucket, args=r.args, due_at=r.due_at, token=r.token + 1,
-                               lease_until=lease_until)
+                               bucket=bucket, args=r.args, due_at=r.due_at,
+                               token=next_token(r.token), lease_until=lease_until)
                        for r in claim_rows(conn.execute, claim, params, dealt and not early)]
             if not claimed:
                 return 0

@@ -17,6 +17,8 @@ from typing import Any
 
 #: Row states and the "no floor" pull-forward time (scheduler/store/schema.py).
 SCHEDULED, DISPATCHED, SET_ASIDE = 0, 1, 2
+#: The top of an INTEGER counter: a reschedule's runs count stays there (schema.INT_MAX).
+INT_MAX = 2**31 - 1
 NO_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -47,9 +49,10 @@ RESCHEDULE = _hot(
     "RESCHEDULE", f"UPDATE due_jobs SET due_at=%(due)s::{_TS}, updated_at=%(now)s::{_TS}, "
     "attempts=%(attempts)s::SMALLINT, state=%(state)s::SMALLINT, "
     "args=coalesce(%(new_args)s::VARCHAR, due_jobs.args), early_at=%(early)s::"
-    f"{_TS}, runs=(due_jobs.runs + %(runs_1)s::INTEGER) {_CURRENT}",
-    due=None, now=None, attempts=0, state=SCHEDULED, new_args=None, early=None, runs_1=1,
-    key=None, current=None, state_1=DISPATCHED)
+    f"{_TS}, runs=CASE WHEN (due_jobs.runs >= %(runs_1)s::INTEGER) THEN %(param_1)s::INTEGER "
+    f"ELSE due_jobs.runs + %(runs_2)s::INTEGER END {_CURRENT}",
+    due=None, now=None, attempts=0, state=SCHEDULED, new_args=None, early=None,
+    runs_1=INT_MAX, param_1=INT_MAX, runs_2=1, key=None, current=None, state_1=DISPATCHED)
 # queries.FINISH: token-checked delete of a one-shot job.
 FINISH = _hot("FINISH", f"DELETE FROM due_jobs {_CURRENT}", key=None, current=None,
               state_1=DISPATCHED)
@@ -105,7 +108,8 @@ RESCHEDULE_MANY = _hot(
     "integer[]), CAST(%(dues)s AS timestamptz[]), CAST(%(earlies)s AS timestamptz[]), "
     "CAST(%(args)s AS text[])) AS v(job_key, token, due_at, early_at, args)), "
     "u AS (UPDATE due_jobs d SET state = %(scheduled)s, due_at = v.due_at, attempts = 0, "
-    "early_at = v.early_at, runs = d.runs + 1, updated_at = %(now)s, "
+    "early_at = v.early_at, runs = CASE WHEN d.runs >= %(top)s THEN %(top)s ELSE d.runs + 1 "
+    "END, updated_at = %(now)s, "
     "args = coalesce(v.args, d.args) FROM v WHERE d.job_key = v.job_key "
     "AND d.token = v.token AND d.state = %(dispatched)s RETURNING d.job_key) "
-    "SELECT array_agg(job_key) FROM u", scheduled=SCHEDULED, dispatched=DISPATCHED)
+    "SELECT array_agg(job_key) FROM u", scheduled=SCHEDULED, dispatched=DISPATCHED, top=INT_MAX)

@@ -28,6 +28,9 @@ from sqlalchemy.sql import Delete, Select, Update, column, table
 
 from scheduler.store.schema import (
     DISPATCHED,
+    NEXT_ATTEMPT,
+    NEXT_RUN,
+    NEXT_TOKEN,
     SCHEDULED,
     SET_ASIDE,
     UtcDateTime,
@@ -70,7 +73,7 @@ RESCHEDULE = update(due_jobs).where(
     due_jobs.c.job_key == bindparam("key"), due_jobs.c.token == bindparam("current"),
     due_jobs.c.state == DISPATCHED,
 ).values(state=SCHEDULED, due_at=bindparam("due", type_=UtcDateTime()), attempts=0,
-         early_at=bindparam("early", type_=UtcDateTime()), runs=due_jobs.c.runs + 1,
+         early_at=bindparam("early", type_=UtcDateTime()), runs=NEXT_RUN,
          updated_at=bindparam("now", type_=UtcDateTime()),
          args=func.coalesce(bindparam("new_args", type_=Text()), due_jobs.c.args))
 # finish_job: token-checked delete of a one-shot job.
@@ -108,17 +111,16 @@ CLAIM_EARLY = _CLAIM.where(*_SCHEDULED_OF, due_jobs.c.early_at <= _NOW).order_by
     due_jobs.c.early_at, due_jobs.c.due_at)
 # mark_dispatched: new token, due again when the lease ends, one more attempt; turn 0.
 MARK_DISPATCHED = update(due_jobs).where(
-    due_jobs.c.job_key == any_(bindparam("keys", type_=postgresql.ARRAY(Text()))),
-).values(state=DISPATCHED, token=due_jobs.c.token + 1, turn=0,
-         due_at=bindparam("lease", type_=UtcDateTime()), attempts=due_jobs.c.attempts + 1,
-         updated_at=bindparam("now", type_=UtcDateTime()))
+    due_jobs.c.job_key == any_(bindparam("keys", type_=postgresql.ARRAY(Text())))).values(
+    state=DISPATCHED, token=NEXT_TOKEN, turn=0, attempts=NEXT_ATTEMPT,
+    due_at=bindparam("lease", type_=UtcDateTime()), updated_at=_NOW)
 
 
 def mark_dispatched_in(dialect: str, keys: list[str], lease: Any, now: Any) -> Update:
     """mark_dispatched (SQLite): as MARK_DISPATCHED, with IN for the keys."""
     return (update(due_jobs).where(key_in(dialect, keys))
-            .values(state=DISPATCHED, token=due_jobs.c.token + 1, turn=0,
-                    due_at=lease, attempts=due_jobs.c.attempts + 1, updated_at=now))
+            .values(state=DISPATCHED, token=NEXT_TOKEN, turn=0, due_at=lease,
+                    attempts=NEXT_ATTEMPT, updated_at=now))
 
 
 # set_aside_row: a row the broker cannot take leaves every index (state 2), and
@@ -280,10 +282,8 @@ def bucket_stats(now: Any) -> Select[Any]:
     return select(
         due_jobs.c.bucket, count(state == SCHEDULED), count(is_due),
         type_coerce(func.min(case((is_due, due_at), else_=None)), UtcDateTime()),
-        count(state == DISPATCHED),
-        count(and_(state == DISPATCHED, due_at < now)),
-        count(state == SET_ASIDE),
-    ).group_by(due_jobs.c.bucket)
+        count(state == DISPATCHED), count(and_(state == DISPATCHED, due_at < now)),
+        count(state == SET_ASIDE)).group_by(due_jobs.c.bucket)
 
 
 _SCHEDULED_IN = and_(*_SCHEDULED_OF, due_jobs.c.turn == 0)  # dealt rows: fair_queries.py

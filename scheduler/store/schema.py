@@ -22,6 +22,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    case,
     text,
 )
 from sqlalchemy.types import TypeDecorator
@@ -34,6 +35,18 @@ DISPATCHED = 1
 #: state (they are partial on 0 and 1), so no claim, recovery or drain sees it again;
 #: ``due_set_aside`` holds why (scheduler/store/aside.py).
 SET_ASIDE = 2
+#: The largest INTEGER (token, runs, turn) and SMALLINT (attempts) a row holds. A
+#: counter another writer left at its top must not overflow the statement that adds
+#: one: on PostgreSQL that fails the whole batch (every row of the bucket, each pass).
+#: So a dispatch's token wraps to 1 and the attempts and runs counts stay at the top.
+INT_MAX = 2**31 - 1
+SMALLINT_MAX = 2**15 - 1
+
+
+def next_token(token: int) -> int:
+    """The token the row's next dispatch takes (as MARK_DISPATCHED writes it): one more,
+    wrapping to 1 past INT_MAX."""
+    return 1 if token >= INT_MAX else token + 1
 
 
 class UtcDateTime(TypeDecorator[datetime]):
@@ -119,6 +132,12 @@ due_jobs = Table(
     # ix_due_jobs_user: one user's rows, on USER_SQL (migration 0005). PostgreSQL: on the
     # user alone (0008), deduplicated to a few bytes a row; SQLite: (USER_SQL, job_key).
 )
+
+#: What a dispatch and a reschedule add to the counters (INT_MAX and SMALLINT_MAX above).
+NEXT_TOKEN = case((due_jobs.c.token >= INT_MAX, 1), else_=due_jobs.c.token + 1)
+NEXT_ATTEMPT = case((due_jobs.c.attempts >= SMALLINT_MAX, SMALLINT_MAX),
+                    else_=due_jobs.c.attempts + 1)
+NEXT_RUN = case((due_jobs.c.runs >= INT_MAX, INT_MAX), else_=due_jobs.c.runs + 1)
 
 #: No pull-forward floor: the ``early_at`` of rows that never ran (the column default).
 NO_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)

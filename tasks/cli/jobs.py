@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from config.errors import InvalidArgument
+from config.errors import InvalidArgument, InvalidMessage
 from config.settings import settings
 from scheduler.wire import decode_call
 from tasks.cli.group import cli
@@ -49,8 +49,13 @@ IN_FLIGHT_NOTE = ("a copy in flight may finish its current run; its reschedule w
 
 
 def message_of(row: JobRow) -> Any:
-    """The job's call as it will be published (message first)."""
-    args, kwargs, _ = decode_call(row.args, row.job_key, row.bucket)
+    """The job's call as it will be published (message first), or its stored text when it
+    cannot be decoded (a row another writer put in the store): one such row must not stop
+    a listing of every other."""
+    try:
+        args, kwargs, _ = decode_call(row.args, row.job_key, row.bucket)
+    except InvalidMessage:
+        return row.args
     return args[0] if len(args) == 1 and not kwargs else {"args": args, "kwargs": kwargs}
 
 

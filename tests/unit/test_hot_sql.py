@@ -46,8 +46,9 @@ def test_register_task_is_the_compiled_one() -> None:
 
 
 def test_states_are_the_schema_s() -> None:
-    assert (hot_sql.SCHEDULED, hot_sql.DISPATCHED, hot_sql.SET_ASIDE, hot_sql.NO_FLOOR) == (
-        schema.SCHEDULED, schema.DISPATCHED, schema.SET_ASIDE, schema.NO_FLOOR)
+    assert (hot_sql.SCHEDULED, hot_sql.DISPATCHED, hot_sql.SET_ASIDE, hot_sql.NO_FLOOR,
+            hot_sql.INT_MAX) == (schema.SCHEDULED, schema.DISPATCHED, schema.SET_ASIDE,
+                                 schema.NO_FLOOR, schema.INT_MAX)
 
 
 def test_journaled_writes_are_the_same_statements() -> None:

@@ -56,6 +56,10 @@ def test_a_run_pulled_far_forward_never_runs_again_before_its_natural_due_time()
     assert pull_floor(T0, s(3600), CFG, ran_due=s(3600)) == s(3600)
     # Asks for a shorter delay than its natural due: its own due time wins.
     assert pull_floor(T0, s(60), CFG, ran_due=s(3600)) == s(60)
+    # A run due in year 9999 (written by hand) pulled forward: its floor is the due time
+    # asked for, not an OverflowError that fails the run.
+    last = datetime(9999, 12, 31, 23, 59, tzinfo=UTC)
+    assert pull_floor(T0, s(3600), CFG, ran_due=last) == s(3600)
 
 
 def test_the_fraction_and_minimum_are_settings() -> None:
