@@ -22,3 +22,12 @@ def is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def visible(text: str) -> str:
+    """``text`` as a terminal line may show it: each control or other unprintable character
+    as its escape (``\\x1b``), so a job key another writer put in the store cannot move the
+    cursor, clear the screen or split a listing's line."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

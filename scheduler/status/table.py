@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 
 from config.buckets_in_use import bucket_table
+from config.text import visible
 from scheduler.store.records import BucketStats
 from scheduler.store.status_readings import Readings
 
@@ -104,7 +105,7 @@ def as_table(rows: list[BucketStatus]) -> str:
     in the store, ``?`` what could not be read, ``~`` an estimate, ``≥`` a capped count."""
     lines = [HEADER]
     for r in rows:
-        lines.append(f"{r.bucket:<8}{_count(r, 'scheduled', 11)}{_count(r, 'due_now', 9)}"
+        lines.append(f"{visible(r.bucket):<8}{_count(r, 'scheduled', 11)}{_count(r, 'due_now', 9)}"
                      f"{_cell(r.lag_seconds, 9, 1)}{_cell(r.dispatched, 12)}"
                      f"{_cell(r.expired_leases, 9)}{_cell(r.leases_recovered, 11)}"
                      f"{_cell(r.dead_queue, 7)}{_cell(r.queue_depth, 8)}"

@@ -19,6 +19,7 @@ import click
 
 from config.errors import InvalidArgument, InvalidMessage, SchemaOutOfDate
 from config.settings import settings
+from config.text import visible
 from tasks.cli.params import bucket_arg
 
 #: Characters of a job key or stored call a text line shows (--json shows them whole).
@@ -85,9 +86,9 @@ def line_of(row: Any) -> str:
     at = row.set_at.isoformat(timespec="seconds")
     message = message_text(row)
     shown = message if isinstance(message, str) else json.dumps(message, default=str)
-    return (f"job {_cut(row.job_key)} {row.task} reason={json.dumps(row.reason)} "
-            f"from=store set_aside_at={at} bucket={row.bucket} attempts={row.attempts} "
-            f"message={_cut(shown)}")
+    return (f"job {visible(_cut(row.job_key))} {visible(row.task)} "
+            f"reason={json.dumps(row.reason)} from=store set_aside_at={at} "
+            f"bucket={visible(row.bucket)} attempts={row.attempts} message={visible(_cut(shown))}")
 
 
 def as_json(row: Any) -> str:

@@ -16,6 +16,7 @@ import click
 
 from config.errors import InvalidArgument, InvalidMessage
 from config.settings import settings
+from config.text import visible
 from scheduler.wire import decode_call
 from tasks.cli.group import cli
 
@@ -71,8 +72,9 @@ def describe(row: JobRow) -> str:
     when = ("lease until" if row.state == "dispatched" else "due at")
     early = ("never pulled forward" if row.early_at >= row.due_at else
              f"may be pulled forward from {row.early_at.isoformat()}")
-    lines = [f"job {row.job_key}", f"  state      {row.state} (token {row.token}, "
-             f"attempts {row.attempts})", f"  bucket     {row.bucket}", f"  task       {row.task}",
+    lines = [f"job {visible(row.job_key)}", f"  state      {row.state} (token {row.token}, "
+             f"attempts {row.attempts})", f"  bucket     {visible(row.bucket)}",
+             f"  task       {visible(row.task)}",
              f"  {when:<10} {row.due_at.isoformat()}"]
     if row.state == "scheduled":
         lines.append(f"  floor      {early}")
@@ -85,8 +87,8 @@ def describe(row: JobRow) -> str:
 
 def line_of(row: JobRow) -> str:
     """One job on one line of ``recur jobs list``."""
-    return (f"{row.job_key}  {row.state:<10} {row.bucket:<7} {row.due_at.isoformat()}  "
-            f"{row.task}  runs={row.runs}")
+    return (f"{visible(row.job_key)}  {row.state:<10} {visible(row.bucket):<7} "
+            f"{row.due_at.isoformat()}  {visible(row.task)}  runs={row.runs}")
 
 
 def time_option(value: str | None) -> datetime | None:
@@ -152,7 +154,7 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
     with api.control(settings().database_url) as ctl:
         if user is not None:
             counts = revoke().cancel_user(celery_app(), ctl, user)  # REVOKED for each
-            click.echo(f"cancelled {sum(counts.values())} job(s) of user {user}: "
+            click.echo(f"cancelled {sum(counts.values())} job(s) of user {visible(user)}: "
                        f"{counts['scheduled']} scheduled, {counts['dispatched']} dispatched")
             if counts["dispatched"]:
                 click.echo(f"  dispatched ones: {IN_FLIGHT_NOTE}")
@@ -160,9 +162,10 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
         assert key is not None
         row = revoke().cancel_job(celery_app(), ctl, key)
     if row.state == "dispatched":
-        click.echo(f"cancelled job {key} (it was dispatched, token {row.token}): {IN_FLIGHT_NOTE}")
+        click.echo(f"cancelled job {visible(key)} (it was dispatched, token {row.token}): "
+                   f"{IN_FLIGHT_NOTE}")
     else:
-        click.echo(f"cancelled job {key} (it was scheduled for {row.due_at.isoformat()}): "
+        click.echo(f"cancelled job {visible(key)} (it was scheduled for {row.due_at.isoformat()}): "
                    "it will not run")
 
 
@@ -179,7 +182,7 @@ def jobs_reschedule(key: str, delay: str | None, at: str | None) -> None:
     due = now + api.parse_duration(delay) if delay is not None else api.parse_time(at or "")
     with api.control(settings().database_url) as ctl:
         row = api.reschedule(ctl, key, due, now)
-    click.echo(f"job {key} now due at {row.due_at.isoformat()}")
+    click.echo(f"job {visible(key)} now due at {row.due_at.isoformat()}")
 
 
 @cli.group()

@@ -139,3 +139,20 @@ def check_dead_list(store_url: str, bad: dict[str, Job], tmp_path: Path) -> None
     too_many = run_recur(["dead", "list", "short", "--limit", "5000"], env, tmp_path)
     assert too_many.returncode == 2
     assert too_many.stderr.strip() == "recur: --limit must be 1..1000, got 5000"
+
+
+def test_a_key_with_terminal_escapes_is_shown_escaped(store_url: str, tmp_path: Path) -> None:
+    """A job key another writer put in the store with control characters (apply_async
+    refuses them) is printed escaped by the job and dead-letter commands: raw, it would
+    clear the operator's screen or split a listing's line."""
+    store = DueStore.open(store_url)
+    key = "esc\x1b[2J\nkey"
+    store.schedule([due(key)], datetime.now(UTC) + timedelta(hours=1))
+    store.close()
+    env = {"RECUR_DATABASE_URL": store_url}
+    outputs = [run_recur(args, env, tmp_path) for args in (
+        ["jobs", "list"], ["jobs", "show", key], ["jobs", "reschedule", key, "--in", "2h"])]
+    for done in outputs:
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stdout and "esc\\x1b[2J\\nkey" in done.stdout, done.stdout
+    assert len(outputs[0].stdout.splitlines()) == 2  # the job's line and the footer
