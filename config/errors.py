@@ -164,6 +164,12 @@ class BrokerUnavailable(ServiceUnavailable):
     """The broker cannot be reached, or did not confirm what was published."""
 
 
+class PublishRefused(BrokerUnavailable):
+    """The broker nacked or returned messages of a publish (a full queue under a max-length
+    policy with overflow reject-publish, a queue missing, a resource alarm): nothing of the
+    batch was marked dispatched; the connection is still good."""
+
+
 class SchemaOutOfDate(StoreError):
     """The due-jobs schema is missing or old: run `recur db upgrade`."""
 
@@ -194,6 +200,11 @@ class TaskModuleError(ConfigError):
 
 class ServiceMisconfigured(ConfigError):
     """A service recur depends on is set up to lose what recur writes (docs/security.md)."""
+
+
+class ServiceRefused(ConfigError):
+    """A service refuses recur's credentials, virtual host or permissions: waiting cannot
+    help (the URL or the service's users must change), so the process does not start."""
 
 
 class InvalidRateLimit(ConfigError, ValueError):

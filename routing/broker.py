@@ -9,7 +9,7 @@ where it happened, and callers catch recur's error, never the driver's.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -19,7 +19,7 @@ import kombu.exceptions
 from amqp.exceptions import NotFound
 from kombu import Connection
 
-from config.errors import BrokerUnavailable, register_driver
+from config.errors import BrokerUnavailable, ServiceRefused, register_driver
 
 register_driver(kombu.exceptions.OperationalError, "broker")
 register_driver(amqp.exceptions.AMQPError, "broker")
@@ -67,6 +67,48 @@ def connect(conn: Connection, *, retry: bool = False) -> None:
             conn.connect()
     except Exception as exc:  # kombu raises whatever its transport raised
         raise unavailable(f"broker {conn.as_uri()}: cannot connect", exc, named=True) from exc
+
+
+#: Reply codes by which the broker refuses this client rather than failing: ACCESS_REFUSED
+#: (a wrong user or password, or no permission on a resource) and NOT_ALLOWED (a virtual
+#: host that does not exist or that the user may not use).
+ACCESS_CODES = frozenset({403, 530})
+
+
+def access_refusal(exc: BaseException | None) -> amqp.exceptions.AMQPError | None:
+    """The broker's refusal of this client in ``exc`` or its causes (kombu wraps py-amqp's
+    errors), else None: a refusal is a configuration error, not an outage to wait out."""
+    while exc is not None:
+        if isinstance(exc, amqp.exceptions.AMQPError) and exc.reply_code in ACCESS_CODES:
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def check_access(url: str, prepare: Callable[[Connection], object]) -> bool:
+    """Connect to ``url`` once and run ``prepare`` on it (a process's start: the topology).
+
+    True when done; False when the broker cannot be reached (an outage the process rides
+    out with its own retries). A broker that refuses the user, password, virtual host or a
+    permission raises :class:`ServiceRefused` naming the URL (password masked): retrying
+    would loop on it forever.
+    """
+    conn = Connection(url, connect_timeout=5)
+    try:
+        conn.connect()
+        prepare(conn)
+    except BROKER_ERRORS as exc:
+        refusal = access_refusal(exc)
+        if refusal is None:
+            return False
+        raise ServiceRefused(
+            f"broker {conn.as_uri()} refused recur: ({refusal.reply_code}) "
+            f"{refusal.reply_text}: check the user, password and virtual host of "
+            f"RECUR_BROKER_URL and the user's permissions there (configure, write and read "
+            f"on recur's queues and exchanges)") from exc
+    finally:
+        release(conn)
+    return True
 
 
 def release(conn: Connection) -> None:

@@ -21,7 +21,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from config.errors import ServiceMisconfigured, ServiceUnavailable
+from config.errors import ConfigError, ServiceMisconfigured, ServiceRefused, ServiceUnavailable
+from config.redact import masked
 from config.settings import Settings
 from routing.redis_client import redis_errors, refused
 
@@ -135,7 +136,8 @@ def check_redis_at_start(cfg: Settings, process: str,
     """WARN for each missing setting; with RECUR_STRICT=1 raise ServiceMisconfigured instead.
 
     An unreachable Redis is a warning whatever RECUR_STRICT says: it is an outage the
-    process rides out, and its settings are checked again at the next start.
+    process rides out, and its settings are checked again at the next start. One that
+    refuses the URL's password raises ServiceRefused: no wait fixes it.
     ``warn`` shows a warning line (default: the ``recur.redis`` logger).
     """
     warn = warn or _log_warning
@@ -146,10 +148,15 @@ def check_redis_at_start(cfg: Settings, process: str,
                 found = findings(client)
             finally:
                 client.close()
-    # Down, refusing us, or a URL redis-py cannot read: the process's own use says so.
+    # Down, or a URL redis-py cannot read: the process's own use says so.
     except (ServiceUnavailable, OSError, ValueError) as exc:
         # Named as redis-py named it (ConnectionError: ...), not as our translation.
         said = exc.__cause__ if isinstance(exc, ServiceUnavailable) and exc.__cause__ else exc
+        if isinstance(said, redis.AuthenticationError):  # no retry fixes a password
+            raise ServiceRefused(
+                f"Redis {masked(cfg.redis_url)} refused recur's credentials "
+                f"({type(said).__name__}: {said}): set the password (and user) Redis "
+                f"expects in RECUR_REDIS_URL; the {process} does not start") from exc
         warn(f"cannot check Redis's settings at start ({type(said).__name__}: {said}); "
              f"the {process} starts anyway")
         return
@@ -173,11 +180,11 @@ def _stderr_warning(line: str) -> None:
 
 def exit_unless_redis_ok(cfg: Settings, process: str) -> None:
     """check_redis_at_start for a start-up hook that swallows exceptions (Celery's signals):
-    a refusal is one ``recur: ...`` line on stderr and exit code 2."""
+    a refusal (settings, credentials) is one ``recur: ...`` line on stderr and exit code 2."""
     from config.errors import EXIT_ERROR
 
     try:
         check_redis_at_start(cfg, process, _stderr_warning)
-    except ServiceMisconfigured as exc:
-        print(f"recur: {exc}", file=sys.stderr, flush=True)
+    except ConfigError as exc:  # misconfigured (RECUR_STRICT=1) or refusing our credentials
+        print(f"recur: {masked(str(exc))}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_ERROR) from exc

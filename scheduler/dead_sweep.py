@@ -26,7 +26,7 @@ from config.buckets import Bucket
 from routing.broker import broker_errors, close_channel
 from routing.deadletter import reason_of
 from scheduler.calls import utcnow
-from scheduler.dead_verdict import REMOVED, Verdict, verdict
+from scheduler.dead_verdict import DROPPED_UNRUN, REMOVED, Verdict, verdict
 from scheduler.metrics import DEAD_COPIES
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.set_aside import Caught
@@ -101,12 +101,19 @@ class DeadSweep:
         copies = self._read(channel, bucket.dead_queue)
         rows = DeadCopies(self.store).rows({c.job_key for _, _, c in copies if c})
         counts: Counter[Verdict] = Counter()
+        dropped: Counter[str] = Counter()  # copies the queue's own policy dropped unrun
         for raw, reason, copy in copies:
             judged = verdict(reason, copy, rows.get(copy.job_key) if copy else None)
             judged = self._act(judged, copy, bucket)
             if judged in REMOVED:
                 channel.basic_ack(raw.delivery_tag)
             counts[judged] += 1
+            dropped[reason] += judged is Verdict.REDISPATCH and reason in DROPPED_UNRUN
+        if +dropped:
+            log.warning("%s: the broker dropped %d copies before any worker took them (%s: "
+                        "a message-ttl or max-length policy on the queue? a bucket queue must "
+                        "keep every message); their jobs are dispatched again", bucket.queue,
+                        sum(dropped.values()), ", ".join(sorted(+dropped)))
         return counts
 
     @staticmethod

@@ -13,6 +13,9 @@ it runs (tasks/settle.py ``last_chance``). So:
   message's failure;
 - this dispatch, lease moved, ``delivery_limit``: BURY, its last delivery
   started a run that died: poison;
+- this dispatch, lease never moved, ``expired`` or ``maxlen``: REDISPATCH, the
+  broker dropped it from the queue unrun (an operator's ``message-ttl`` or
+  ``max-length`` policy on the bucket queue), not the job's failure;
 - this dispatch, ``rejected`` (or any other reason): WATCH, a failed run; the
   row comes back by its lease, the copy goes once the job moved on.
 """
@@ -28,6 +31,9 @@ from scheduler.wire import Dispatch, micros
 
 #: The broker's x-death reason of a copy returned more often than the queue allows.
 DELIVERY_LIMIT = "delivery_limit"
+#: The x-death reasons of a copy the broker dropped from its queue without delivering it:
+#: its ``message-ttl`` ran out, or a ``max-length`` policy dropped the queue's head.
+DROPPED_UNRUN = frozenset({"expired", "maxlen"})
 
 
 class Verdict(Enum):
@@ -75,4 +81,6 @@ def verdict(reason: str, copy: Dispatch | None, row: RowState | None) -> Verdict
         return Verdict.DROP
     if reason == DELIVERY_LIMIT:
         return Verdict.BURY if row.lease_moved(copy) else Verdict.REDISPATCH
+    if reason in DROPPED_UNRUN and not row.lease_moved(copy):
+        return Verdict.REDISPATCH
     return Verdict.WATCH

@@ -1,15 +1,14 @@
 """The scheduler process: keep every bucket queue fed from the due-jobs store.
 
-Each pass: move jobs whose lease ran out ``max_deliveries`` times to their
-dead-letter queue, put other rows whose lease ran out back to scheduled, judge
-the copies in the ``.dead`` queues (a never-run copy's job is dispatched again
-at once: scheduler/dead_sweep.py), then
-per bucket, when its queue holds fewer ready messages than the low watermark, dispatch due
-rows (earliest first) until it holds the high watermark; if nothing is due and
-pull-forward is on for the bucket, dispatch its earliest future rows up to the
-low watermark so idle workers run them early. Broker or database trouble is
-logged with what happens next and retried with backoff; SIGTERM finishes the
-batch in hand, then stops.
+Each pass: move jobs whose lease ran out ``max_deliveries`` times to their dead-letter
+queue, put other rows whose lease ran out back to scheduled, judge the copies in the
+``.dead`` queues (scheduler/dead_sweep.py), then per bucket, when its queue holds fewer
+ready messages than the low watermark, dispatch due rows (earliest first) until it holds
+the high watermark; if nothing is due and pull-forward is on for the bucket, dispatch its
+earliest future rows up to the low watermark so idle workers run them early. Broker or
+database trouble is logged with what happens next and retried with backoff (a bucket whose
+queue refuses publishes is held back alone: held_buckets.py); SIGTERM finishes the batch
+in hand, then stops.
 """
 
 from __future__ import annotations
@@ -21,12 +20,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from config.buckets import Bucket
-from config.errors import ConfigError, ServiceUnavailable
+from config.errors import ConfigError, PublishRefused, ServiceUnavailable
 from config.settings import Settings
 from routing import tracing
 from scheduler.calls import utcnow
 from scheduler.dead_sweep import DeadSweep
 from scheduler.fair_share import FairShare
+from scheduler.held_buckets import HeldBuckets
 from scheduler.idle import IdleWait
 from scheduler.lanes import Budget, Lane
 from scheduler.outages import Backoff
@@ -62,16 +62,14 @@ class Scheduler:
     publisher: ConfirmingPublisher
     cfg: Settings
     stopping: threading.Event = field(default_factory=threading.Event)
-    #: Beat-style entries (from the app's ``beat_schedule``), stored when the loop starts.
-    periodic: list[PeriodicEntry] = field(default_factory=list)
-    #: Extra broker connections of the other dispatch lanes (made when first needed).
-    _lanes: list[ConfirmingPublisher] = field(default_factory=list)
+    periodic: list[PeriodicEntry] = field(default_factory=list)  # the app's beat_schedule
+    _lanes: list[ConfirmingPublisher] = field(default_factory=list)  # other lanes' brokers
     _pool: ThreadPoolExecutor | None = None
     _pool_size: int = 0
     summary: Summary | None = None
-    #: Buckets paused by `recur bucket pause` at the last pass (logged when it changes).
-    _paused: set[str] = field(default_factory=set)
+    _paused: set[str] = field(default_factory=set)  # `recur bucket pause`d at the last pass
     backoff: Backoff = field(default_factory=Backoff)
+    held: HeldBuckets = field(default_factory=HeldBuckets)  # queues refusing publishes
     _fill_locks: FillLocks | None = None
     _dead_sweep: DeadSweep | None = None
     _unknown: UnknownBuckets | None = None
@@ -162,9 +160,8 @@ class Scheduler:
             publisher.close()
 
     def drop_connections(self) -> None:
-        """After a broker or database error every lane's connection is suspect (a
-        restarted service broke them all): drop them all at once, so the next
-        attempt reconnects everything instead of meeting one stale one at a time."""
+        """After a broker or database error every lane's connection is suspect: drop them
+        all at once, so the next attempt reconnects everything."""
         self.close_publishers()
         self.fill_locks.close()
         self.store.discard_connections()
@@ -198,7 +195,7 @@ class Scheduler:
         for bucket in self.cfg.buckets.buckets:
             if self.stopping.is_set():
                 break
-            if bucket.name not in paused:
+            if bucket.name not in paused and not self.held.held(bucket.name):
                 moved += self.fill(bucket, now)
         return moved
 
@@ -214,7 +211,12 @@ class Scheduler:
 
     def fill(self, bucket: Bucket, now: datetime) -> int:
         """Top up one bucket's queue; returns the messages published."""
-        sent = self._fill(bucket, now)
+        try:
+            sent = self._fill(bucket, now)
+        except PublishRefused as exc:  # this bucket's queue, not an outage: the rest go on
+            self.held.refused(bucket.name, exc)
+            return 0
+        self.held.worked(bucket.name)
         self.backoff.reset()  # a step worked: the next outage starts from a short wait
         return sent
 
@@ -244,14 +246,13 @@ class Scheduler:
                  cap: int | None = None, dealt: bool = False) -> int:
         """Dispatch batches until ``room`` is used or no row is left.
 
-        With ``drain_threads`` > 1 and more than one batch of room, that many
-        lanes take batches from the same room at once, each on its own database
-        and broker connection (SKIP LOCKED keeps their rows apart): a lane
-        waiting for its broker confirms no longer stalls the drain. With a
-        ``cap`` (the watermark), each batch first reserves its room below it
-        (``FillLocks.reserve``: the queue's depth and every scheduler's batches
-        in flight counted), so several schedulers' lanes fill one queue at once
-        and together never past the cap.
+        With ``drain_threads`` > 1 and more than one batch of room, that many lanes take
+        batches from the same room at once, each on its own database and broker connection
+        (SKIP LOCKED keeps their rows apart): a lane waiting for its broker confirms no
+        longer stalls the drain. With a ``cap`` (the watermark), each batch first reserves
+        its room below it (``FillLocks.reserve``: the queue's depth and every scheduler's
+        batches in flight counted), so several schedulers' lanes fill one queue at once and
+        together never past the cap.
         """
         lease_until = now + timedelta(seconds=self.cfg.lease_seconds)
         budget = Budget(room)

@@ -25,7 +25,7 @@ import amqp
 from kombu import Connection
 
 from config.buckets_in_use import bucket_table
-from config.errors import BrokerUnavailable
+from config.errors import BrokerUnavailable, PublishRefused
 from config.settings import settings
 from routing import tracing
 from routing.broker import broker_errors, queue_stats, release
@@ -180,8 +180,9 @@ class ConfirmingPublisher:
             self._isolate(len(items), unconfirmed, exc, out)
             return
         if self._failures:
-            raise BrokerUnavailable(f"broker refused {len(self._failures)} of {len(items)} "
-                                    f"messages: {self._failures[0]}")
+            raise PublishRefused(f"broker refused {len(self._failures)} of {len(items)} "
+                                 f"messages: {self._failures[0]}; none of the batch is marked "
+                                 f"dispatched, its rows stay due")
         self._confirmed(out)
 
     def _confirmed(self, out: Published) -> None:
@@ -274,9 +275,14 @@ class ConfirmingPublisher:
             self._pending.discard(tag)
 
     def _on_nack(self, tag: int, multiple: bool) -> None:
-        self._failures.append(f"nack of delivery tag {tag}")
+        tags = [t for t in self._pending if t <= tag] if multiple else [tag]
+        queues = sorted({self._sent[t].routing_key for t in tags if t in self._sent})
+        self._failures += [f"nacked by queue {', '.join(queues) or '?'} (full under a "
+                           f"max-length policy with overflow reject-publish, or a broker "
+                           f"alarm)"] * len(tags)
         self._on_ack(tag, multiple)
 
     def _on_return(self, exc: Any, exchange: str, routing_key: str, message: Any) -> None:
         self._failures.append(f"returned unroutable from {exchange!r} with key "
-                              f"{routing_key!r}: {exc}")
+                              f"{routing_key!r} (no such queue: `recur topology` declares "
+                              f"it): {exc}")

@@ -18,6 +18,7 @@ from typing import Any
 from config.errors import ServiceUnavailable
 from config.settings import Settings
 from routing import tracing
+from routing.broker import check_access
 from routing.queues import TASK_EXCHANGE, declare_topology
 from routing.redis_check import check_redis_at_start
 from scheduler.drain import Scheduler, check_watermarks
@@ -50,6 +51,9 @@ def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] 
     """
     check_watermarks(cfg)
     check_redis_at_start(cfg, "scheduler")  # the deployment's Redis (routing/redis_check.py)
+    # A broker refusing the credentials, vhost or permissions ends the start (one line, exit
+    # 2); a broker that is down is waited out by the drain loop.
+    check_access(cfg.broker_url, lambda conn: declare_topology(conn, cfg))
     tracing.setup("scheduler")  # RECUR_OTEL; off: nothing (routing/tracing/)
     stopping = threading.Event()
 

@@ -55,6 +55,19 @@ def declare_queues_before_consuming(sender: Any = None, instance: Any = None,
     app = instance.app if instance is not None else None
     if app is None:
         return
+    from config.errors import EXIT_ERROR, ServiceRefused, one_line
+    from routing.broker import check_access
+
+    names: list[str] = []
+    try:  # a refused user, password, vhost or permission: one line, no Celery traceback
+        if check_access(app.conf.broker_url,
+                        lambda conn: names.extend(declare_topology(conn, settings()))):
+            log.info("declared queues: %s", ", ".join(names))
+            return
+    except ServiceRefused as exc:
+        print(f"recur: {one_line(exc)}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_ERROR) from exc
+
     def waiting(exc: Exception, interval: float) -> None:
         log.warning("broker %s unreachable: %s; worker waiting for it, next try in %.0fs",
                     conn.as_uri(), exc, interval)

@@ -52,6 +52,20 @@ CASES = {
     "broker refuses credentials, replay": (
         ["dead", "replay", "short"], {"RECUR_BROKER_URL": "amqp://guest:wrong@127.0.0.1:5672//"},
         "ACCESS_REFUSED"),
+    # the daemons: a refusal is no outage to wait out (a worker or scheduler that retried a
+    # wrong password would loop on it forever), nor Celery's traceback
+    "broker refuses credentials, worker": (
+        ["worker", "short"], {"RECUR_BROKER_URL": "amqp://guest:wrong@127.0.0.1:5672//"},
+        "ACCESS_REFUSED"),
+    "broker refuses credentials, scheduler": (
+        ["scheduler"], {"RECUR_BROKER_URL": "amqp://guest:wrong@127.0.0.1:5672//"},
+        "ACCESS_REFUSED"),
+    "vhost missing, worker": (["worker", "short"], {"RECUR_BROKER_URL": "amqp://guest:guest@"
+                                                    f"127.0.0.1:5672/{services.VHOST}-none"},
+                              "NOT_ALLOWED"),
+    "vhost missing, scheduler": (["scheduler"], {"RECUR_BROKER_URL": "amqp://guest:guest@"
+                                                 f"127.0.0.1:5672/{services.VHOST}-none"},
+                                 "NOT_ALLOWED"),
     "broker down, topology": (["topology"],
                               {"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:{CLOSED}//"},
                               "cannot connect"),
@@ -151,3 +165,35 @@ def test_debug_shows_the_traceback_too(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "Traceback" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("recur: ")
+
+
+def test_daemons_refused_a_permission_or_a_redis_password_stop_with_one_line(
+        tmp_path: Path, live_services: None) -> None:
+    """A vhost where the user may not configure (declare) anything, and a Redis that wants a
+    password the URL lacks or gets wrong: the worker and the scheduler each stop at start."""
+    from tests.support.private_redis import PrivateRedis
+
+    vhost = f"{services.VHOST}-noconf"
+    services.rabbitmqctl("add_vhost", vhost)
+    locked = PrivateRedis(tmp_path)
+    try:
+        services.rabbitmqctl("set_permissions", "-p", vhost, "guest", "^$", ".*", ".*")
+        locked.start()
+        locked.client.config_set("requirepass", "s3cret-pw")
+        wrong = locked.url.replace("redis://", "redis://:wrong-pw@")
+        cases = [({"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{vhost}"},
+                  "ACCESS_REFUSED"),
+                 ({"RECUR_REDIS_URL": locked.url}, "RECUR_REDIS_URL"),
+                 ({"RECUR_REDIS_URL": wrong}, "RECUR_REDIS_URL")]
+        for env, expected in cases:
+            for args in (["worker", "short"], ["scheduler"]):
+                result = run_recur(args, env, tmp_path)
+                assert result.returncode == 2, (args, env, result.stderr)
+                assert "Traceback" not in result.stderr + result.stdout
+                errors = [line for line in error_lines(result) if line.startswith("recur: ")]
+                assert len(errors) == 1 and expected in errors[0], (args, env, result.stderr)
+                assert "wrong-pw" not in result.stderr
+    finally:
+        locked.client.close()
+        locked.stop()
+        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=120)

@@ -9,6 +9,7 @@ publisher to the real broker.
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -181,6 +182,95 @@ def test_a_message_returned_unroutable_is_an_outage_not_a_bad_row(
     finally:
         nowhere.close()
     assert states(store) == {"a": 0, "b": 0}
+
+
+def nacked(url: str, queue: str) -> bool:
+    """Whether the broker nacks a message published to ``queue`` now (confirm mode)."""
+    with Connection(url) as conn:
+        channel = conn.connection.channel()
+        channel.confirm_select()
+        try:
+            channel.basic_publish_confirm(amqp.Message(b"filler"), exchange="",
+                                          routing_key=queue)
+        except amqp.exceptions.MessageNacked:
+            return True
+        finally:
+            channel.close()
+    return False
+
+
+def test_a_queue_refusing_publishes_holds_back_its_bucket_alone(
+        fresh_pg_url: str, broker: Connection) -> None:
+    """An operator's max-length policy with overflow reject-publish on a full bucket queue
+    (in this run's vhost): the broker nacks the scheduler's batch. Its rows stay due, the
+    other buckets are filled on the same connection, and the bucket is held back a while
+    instead of failing every pass; once the queue takes messages again its rows go out."""
+    from config.settings import load_settings
+    from scheduler.drain import Scheduler
+
+    cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": fresh_pg_url,
+                         "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
+    services.rabbitmqctl("set_policy", "-p", services.VHOST, "--apply-to", "queues",
+                         "recur-test-full", "^short$",
+                         '{"max-length": 1, "overflow": "reject-publish"}')
+    store = DueStore.open(fresh_pg_url)
+    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
+    try:
+        wait_for(lambda: nacked(cfg.broker_url, "short"), 30, "short full, refusing publishes")
+        store.schedule([job(f"s-{i}") for i in range(3)]
+                       + [job(f"m-{i}", bucket="medium") for i in range(3)], now())
+        before = connections()
+        assert scheduler.pass_once() == 3  # medium's; short's batch was nacked
+        stats = store.stats(now())
+        assert (stats["short"].scheduled, stats["short"].dispatched) == (3, 0)
+        assert stats["medium"].dispatched == 3 and queue_depth(broker, "medium") == 3
+        assert scheduler.held.held("short") and connections() == before + 1
+        assert scheduler.pass_once() == 0  # held back: not claimed and refused again at once
+        with broker.channel() as channel:  # the workers drain it
+            channel.queue_purge("short")
+        wait_for(lambda: scheduler.pass_once() >= 0
+                 and store.stats(now())["short"].dispatched == 3, 30, "short's rows sent")
+        assert connections() == before + 1  # never reconnected
+    finally:
+        subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST,
+                        "recur-test-full"], capture_output=True, timeout=120)
+        scheduler.close_publishers()
+        scheduler.fill_locks.close()
+        store.close()
+
+
+def test_copies_a_queue_policy_dropped_unrun_are_dispatched_again(
+        fresh_pg_url: str, broker: Connection) -> None:
+    """An operator's message-ttl policy on a bucket queue (in this run's vhost): the copies
+    expire unconsumed into the dead-letter queue. The sweep makes their jobs due again at
+    once (not after the 30-minute lease) and takes the copies out of ``.dead``."""
+    from config.settings import load_settings
+    from scheduler.drain import Scheduler
+
+    cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": fresh_pg_url,
+                         "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
+    services.rabbitmqctl("set_policy", "-p", services.VHOST, "--apply-to", "queues",
+                         "recur-test-ttl", "^short$", '{"message-ttl": 50}')
+    store = DueStore.open(fresh_pg_url)
+    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
+    try:
+        wait_for(lambda: "recur-test-ttl" in subprocess.run(
+            ["rabbitmqctl", "list_queues", "-p", services.VHOST, "name", "policy"],
+            capture_output=True, text=True, timeout=120).stdout, 30, "the policy applied")
+        store.schedule([job(f"t-{i}") for i in range(3)], now())
+        assert scheduler.pass_once() == 3
+        wait_for(lambda: queue_depth(broker, "short.dead") == 3, 30, "the copies expired")
+        subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST, "recur-test-ttl"],
+                       capture_output=True, timeout=120)
+        wait_for(lambda: scheduler.dead_sweep.run() >= 0
+                 and store.stats(now())["short"].scheduled == 3, 30, "the jobs due again")
+        assert queue_depth(broker, "short.dead") == 0
+    finally:
+        subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST,
+                        "recur-test-ttl"], capture_output=True, timeout=120)
+        scheduler.close_publishers()
+        scheduler.fill_locks.close()
+        store.close()
 
 
 class RefusingPublisher(ConfirmingPublisher):

@@ -27,6 +27,9 @@ def row(token: int = 7, lease: datetime = LEASE, state: int = DISPATCHED) -> Row
     (DELIVERY_LIMIT, row(token=8), Verdict.DROP),  # dispatched again since
     ("rejected", row(state=SCHEDULED), Verdict.DROP),  # rescheduled since
     (DELIVERY_LIMIT, None, Verdict.KEEP),  # the job ended: the copy is its record
+    ("expired", row(), Verdict.REDISPATCH),  # a message-ttl policy dropped it unrun
+    ("maxlen", row(), Verdict.REDISPATCH),  # a max-length policy dropped it unrun
+    ("expired", row(lease=LEASE - timedelta(minutes=29)), Verdict.WATCH),  # a run started
 ])
 def test_a_dead_copy_is_judged_by_its_row(reason: str, state: RowState | None,
                                           expected: Verdict) -> None:
