@@ -22,15 +22,18 @@ import time
 from functools import cache, partial
 from typing import Any
 
+from celery import Task
+from celery.exceptions import Reject
 from celery.signals import worker_process_init
 
-from config.errors import ConfigError, PermanentFailure, RecurError
+from config.errors import ConfigError, PermanentFailure, RecurError, ServiceUnavailable
 from config.settings import settings
 from routing.messages import Message
 from routing.queues import OUTBOUND
 from routing.redis_client import get_redis
 from routing.reseq.intake import CeleryFace, use_celery
 from routing.reseq.state import Resequencer
+from scheduler.outages import budget_for, ride_out
 from tasks import aio
 from tasks.app import app
 from tasks.base import MessageTask
@@ -38,6 +41,10 @@ from tasks.process import simulated_work_seconds
 from tasks.reseq_steps import check_result, step_for
 
 log = logging.getLogger(__name__)
+#: What a processing run returns when its result could not be handed over (Redis down).
+HANDED_BACK = "handed_back"
+#: Seconds before a handed-back message comes round again (the broker's own wait).
+HAND_BACK_AFTER = 2
 
 def simulated_processing(message: Message) -> Any:
     """Default processing: the bucket's simulated work; the result is the payload."""
@@ -144,8 +151,31 @@ def resequence_process(self: MessageTask, message: Any, destination: str,
     result = run_step(step_for(destination, step), msg)
     check_result(result, destination, seq, msg["id"])
     entry = entry_of(message, step, result=result)
-    hand_over(resequencer(), destination, seq, entry)
+    reseq = resequencer()
+    queue = (self.request.delivery_info or {}).get("routing_key")
+    try:  # Redis down or full: ridden out in place, then the message goes round again
+        ride_out(f"destination {destination}: seq {seq}: hand the result over",
+                 lambda: hand_over(reseq, destination, seq, entry),
+                 budget_for(settings(), queue))
+    except ServiceUnavailable as exc:
+        return hand_back(self, exc, destination, seq)
     return {"seq": seq, **entry}
+
+
+def hand_back(task: MessageTask, exc: ServiceUnavailable, destination: str,
+              seq: int) -> dict[str, Any]:
+    """Publish the message again (same task id) and let this delivery be acknowledged: a
+    result that cannot be kept now is made again later, never lost with a failed task
+    (its dead letter, replayed after the sender skipped it, would be dropped as late)."""
+    log.warning("destination %s: seq %d: %s; handing the message back to its queue",
+                destination, seq, exc)
+    request = task.request
+    try:
+        Task.apply_async(task, request.args, request.kwargs, task_id=request.id,
+                         retries=request.retries or 0, countdown=HAND_BACK_AFTER)
+    except Exception as publish_exc:  # broker down too: the delivery is returned
+        raise Reject(exc, requeue=True) from publish_exc
+    return {"seq": seq, HANDED_BACK: True}
 
 
 @app.task(name="tasks.resequence_batch", queue=OUTBOUND.queue)
@@ -155,6 +185,8 @@ def resequence_batch(results: list[dict[str, Any]], destination: str,
     header's stored results (kept only for the chord: nothing else reads them)."""
     reseq = resequencer()
     for result in sorted(results, key=lambda r: int(r["seq"])):
+        if result.get(HANDED_BACK):  # its message goes round again and hands over itself
+            continue
         entry = {k: v for k, v in result.items() if k != "seq"}
         hand_over(reseq, destination, int(result["seq"]), entry, count_late=False)
     for task_id in header_ids:
