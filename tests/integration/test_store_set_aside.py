@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -199,24 +200,43 @@ def nacked(url: str, queue: str) -> bool:
     return False
 
 
+@contextmanager
+def under_policy(store_url: str, name: str, definition: str) -> Iterator[tuple[DueStore, Any]]:
+    """A store and one drain-thread Scheduler (no pull-forward) while an operator's policy
+    ``name`` applies to the ``short`` queue of this run's vhost; the policy cleared after."""
+    from config.settings import load_settings
+    from scheduler.drain import Scheduler
+
+    cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": store_url,
+                         "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
+    services.rabbitmqctl("set_policy", "-p", services.VHOST, "--apply-to", "queues", name,
+                         "^short$", definition)
+    store = DueStore.open(store_url)
+    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
+    try:
+        yield store, scheduler
+    finally:
+        clear_policy(name)
+        scheduler.close_publishers()
+        scheduler.fill_locks.close()
+        store.close()
+
+
+def clear_policy(name: str) -> None:
+    subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST, name],
+                   capture_output=True, timeout=120)
+
+
 def test_a_queue_refusing_publishes_holds_back_its_bucket_alone(
         fresh_pg_url: str, broker: Connection) -> None:
     """An operator's max-length policy with overflow reject-publish on a full bucket queue
     (in this run's vhost): the broker nacks the scheduler's batch. Its rows stay due, the
     other buckets are filled on the same connection, and the bucket is held back a while
     instead of failing every pass; once the queue takes messages again its rows go out."""
-    from config.settings import load_settings
-    from scheduler.drain import Scheduler
-
-    cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": fresh_pg_url,
-                         "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
-    services.rabbitmqctl("set_policy", "-p", services.VHOST, "--apply-to", "queues",
-                         "recur-test-full", "^short$",
-                         '{"max-length": 1, "overflow": "reject-publish"}')
-    store = DueStore.open(fresh_pg_url)
-    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
-    try:
-        wait_for(lambda: nacked(cfg.broker_url, "short"), 30, "short full, refusing publishes")
+    with under_policy(fresh_pg_url, "recur-test-full",
+                      '{"max-length": 1, "overflow": "reject-publish"}') as (store, scheduler):
+        url = scheduler.cfg.broker_url
+        wait_for(lambda: nacked(url, "short"), 30, "short full, refusing publishes")
         store.schedule([job(f"s-{i}") for i in range(3)]
                        + [job(f"m-{i}", bucket="medium") for i in range(3)], now())
         before = connections()
@@ -231,12 +251,6 @@ def test_a_queue_refusing_publishes_holds_back_its_bucket_alone(
         wait_for(lambda: scheduler.pass_once() >= 0
                  and store.stats(now())["short"].dispatched == 3, 30, "short's rows sent")
         assert connections() == before + 1  # never reconnected
-    finally:
-        subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST,
-                        "recur-test-full"], capture_output=True, timeout=120)
-        scheduler.close_publishers()
-        scheduler.fill_locks.close()
-        store.close()
 
 
 def test_copies_a_queue_policy_dropped_unrun_are_dispatched_again(
@@ -244,33 +258,18 @@ def test_copies_a_queue_policy_dropped_unrun_are_dispatched_again(
     """An operator's message-ttl policy on a bucket queue (in this run's vhost): the copies
     expire unconsumed into the dead-letter queue. The sweep makes their jobs due again at
     once (not after the 30-minute lease) and takes the copies out of ``.dead``."""
-    from config.settings import load_settings
-    from scheduler.drain import Scheduler
-
-    cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": fresh_pg_url,
-                         "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
-    services.rabbitmqctl("set_policy", "-p", services.VHOST, "--apply-to", "queues",
-                         "recur-test-ttl", "^short$", '{"message-ttl": 50}')
-    store = DueStore.open(fresh_pg_url)
-    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
-    try:
+    with under_policy(fresh_pg_url, "recur-test-ttl", '{"message-ttl": 50}') as (
+            store, scheduler):
         wait_for(lambda: "recur-test-ttl" in subprocess.run(
             ["rabbitmqctl", "list_queues", "-p", services.VHOST, "name", "policy"],
             capture_output=True, text=True, timeout=120).stdout, 30, "the policy applied")
         store.schedule([job(f"t-{i}") for i in range(3)], now())
         assert scheduler.pass_once() == 3
         wait_for(lambda: queue_depth(broker, "short.dead") == 3, 30, "the copies expired")
-        subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST, "recur-test-ttl"],
-                       capture_output=True, timeout=120)
+        clear_policy("recur-test-ttl")
         wait_for(lambda: scheduler.dead_sweep.run() >= 0
                  and store.stats(now())["short"].scheduled == 3, 30, "the jobs due again")
         assert queue_depth(broker, "short.dead") == 0
-    finally:
-        subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST,
-                        "recur-test-ttl"], capture_output=True, timeout=120)
-        scheduler.close_publishers()
-        scheduler.fill_locks.close()
-        store.close()
 
 
 class RefusingPublisher(ConfirmingPublisher):
