@@ -154,8 +154,11 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
     with api.control(settings().database_url) as ctl:
         if user is not None:
             counts = revoke().cancel_user(celery_app(), ctl, user)  # REVOKED for each
+            others = "".join(f", {n} {visible(state)}" for state, n in sorted(counts.items())
+                             if state not in ("scheduled", "dispatched"))
             click.echo(f"cancelled {sum(counts.values())} job(s) of user {visible(user)}: "
-                       f"{counts['scheduled']} scheduled, {counts['dispatched']} dispatched")
+                       f"{counts['scheduled']} scheduled, {counts['dispatched']} dispatched"
+                       f"{others}")
             if counts["dispatched"]:
                 click.echo(f"  dispatched ones: {IN_FLIGHT_NOTE}")
             return

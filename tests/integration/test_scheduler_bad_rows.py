@@ -156,3 +156,22 @@ def test_a_key_with_terminal_escapes_is_shown_escaped(store_url: str, tmp_path: 
         assert done.returncode == 0, done.stderr
         assert "\x1b" not in done.stdout and "esc\\x1b[2J\\nkey" in done.stdout, done.stdout
     assert len(outputs[0].stdout.splitlines()) == 2  # the job's line and the footer
+
+
+def test_cancelling_a_users_jobs_counts_every_state(store_url: str, tmp_path: Path) -> None:
+    """`jobs cancel --user` totals the rows it deleted: the set-aside ones are named in the
+    breakdown too, not only in the total."""
+    from sqlalchemy import text
+
+    store = DueStore.open(store_url)
+    later = datetime.now(UTC) + timedelta(hours=1)
+    store.schedule([Job(f"c{i}", TASK, "short", json.dumps(["canceller", None]), later)
+                    for i in range(3)], datetime.now(UTC))
+    with store.transaction("set one aside") as conn:
+        conn.execute(text("UPDATE due_jobs SET state = 2 WHERE job_key = 'c0'"))
+    store.close()
+    done = run_recur(["jobs", "cancel", "--user", "canceller"],
+                     {"RECUR_DATABASE_URL": store_url}, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == ("cancelled 3 job(s) of user canceller: 2 scheduled, 0 dispatched, "
+                           "1 set-aside\n")
