@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from types import FrameType
 from typing import Any
 
@@ -43,13 +43,17 @@ def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
     return None
 
 
-def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] | None) -> None:
+def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] | None,
+                  registered: Collection[str] | None = None) -> None:
     """``recur scheduler``: run until SIGTERM/SIGINT, finishing the batch in hand.
 
     ``beat_schedule`` is the Celery app's (``app.conf.beat_schedule``): its entries
-    are the periodic entries the scheduler fires.
+    are the periodic entries the scheduler fires; each names one of ``registered``
+    (the app's task names). A bad entry ends the start before any service is waited on.
     """
     check_watermarks(cfg)
+    periodic = entries_from_beat({} if beat_schedule is None else beat_schedule, cfg,
+                                 registered)
     check_redis_at_start(cfg, "scheduler")  # the deployment's Redis (routing/redis_check.py)
     # A broker refusing the credentials, vhost or permissions ends the start (one line, exit
     # 2); a broker that is down is waited out by the drain loop.
@@ -68,7 +72,6 @@ def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] 
         return
     publisher = ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name,
                                     on_connect=lambda conn: declare_topology(conn, cfg))
-    periodic = entries_from_beat(beat_schedule or {}, cfg)
     try:
         Scheduler(store, publisher, cfg, stopping, periodic).run()
     finally:

@@ -17,7 +17,7 @@ def scheduler() -> None:
     load_tasks()
     configure_logging()
     serve_metrics(settings(), what="scheduler")
-    run_scheduler(settings(), app.conf.beat_schedule)
+    run_scheduler(settings(), app.conf.beat_schedule, set(app.tasks))
 
 
 @cli.command()
