@@ -7,6 +7,7 @@ SQLAlchemy's sortable format, so ``due_at <= :now`` compares correctly.
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,6 +50,23 @@ def next_token(token: int) -> int:
     return 1 if token >= INT_MAX else token + 1
 
 
+#: What a time SQLite holds as unreadable text reads as: the epoch, so a due row whose
+#: time another writer garbled is overdue (run, and its reschedule writes a real time)
+#: and a listing shows it, instead of the row failing every claim of its bucket.
+UNREADABLE_TIME = datetime(1970, 1, 1, tzinfo=UTC)
+_unreadable_seen: set[str] = set()
+
+
+def unreadable_time(text: str) -> datetime:
+    """UNREADABLE_TIME for ``text``, with one WARNING per distinct text."""
+    if text not in _unreadable_seen and len(_unreadable_seen) < 1000:
+        _unreadable_seen.add(text)
+        logging.getLogger("recur.store").warning(
+            "a time in the store is not a time: %.60r; read as %s (overdue)", text,
+            UNREADABLE_TIME.isoformat())
+    return UNREADABLE_TIME
+
+
 class UtcDateTime(TypeDecorator[datetime]):
     """A timezone-aware UTC datetime on every database; naive values are refused."""
 
@@ -62,6 +80,21 @@ class UtcDateTime(TypeDecorator[datetime]):
             raise ValueError(f"naive datetime {value!r}: give a timezone-aware UTC time")
         value = value.astimezone(UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        """SQLite keeps a time as text, any text another writer put there: one that is not
+        a time reads as UNREADABLE_TIME (one row must not stop every read of its table)."""
+        read = super().result_processor(dialect, coltype)
+        if dialect.name != "sqlite" or read is None:
+            return read
+
+        def tolerant(value: Any) -> Any:
+            try:
+                return read(value)
+            except ValueError:
+                return unreadable_time(str(value))
+
+        return tolerant
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
         if value is None:

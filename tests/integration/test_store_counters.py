@@ -67,3 +67,30 @@ def test_counters_at_their_top_neither_overflow_nor_stop_the_batch(store_url: st
     assert {k: (found[k][0], found[k][3]) for k in ("runs-top", "runs-top-2", "good-1")} == {
         "runs-top": (0, INT_MAX), "runs-top-2": (0, INT_MAX), "good-1": (0, 1)}
     store.close()
+
+
+def test_a_time_sqlite_holds_as_garbage_text_reads_as_overdue(sqlite_url: str) -> None:
+    """SQLite keeps any text another writer puts in a time column: one due row (or periodic
+    entry) whose time is not a time failed every claim of its bucket (and every firing).
+    It reads as the epoch: overdue, so it runs, and its dispatch writes a real time."""
+    from sqlalchemy import text
+
+    from scheduler.periodic import PeriodicEntry
+    from scheduler.store.periodic_entries import fire_due_entries, sync_periodic
+    from scheduler.store.schema import UNREADABLE_TIME
+
+    store = DueStore.open(sqlite_url)
+    now = datetime.now(UTC)
+    store.schedule([Job(f"g{i}", TASK, "short", json.dumps(["u", None]),
+                        now - timedelta(seconds=5)) for i in range(3)], now)
+    sync_periodic(store, [PeriodicEntry("tick", TASK, "short", json.dumps(["u", None]),
+                                        "every 60")], now)
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE due_jobs SET due_at = '1999-garbage' WHERE job_key = 'g1'"))
+        conn.execute(text("UPDATE periodic_entries SET next_run_at = '1999-garbage'"))
+    got: list[Claimed] = []
+    assert store.dispatch("short", 10, now + timedelta(minutes=30), now, got.extend) == 3
+    assert {c.job_key: c.due_at for c in got}["g1"] == UNREADABLE_TIME
+    assert fire_due_entries(store, now) == ["tick"]
+    assert fire_due_entries(store, now) == []  # its next run is a real time again
+    store.close()
