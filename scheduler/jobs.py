@@ -35,6 +35,8 @@ from scheduler.store.control import STATES, JobControl, JobFilter, JobRow, Page
 
 #: Largest page of ``recur jobs list``.
 MAX_PAGE = 1000
+#: Longest delay, or time ahead, a job can be given (seconds: 10 years).
+MAX_DELAY = 3650 * 86400
 #: Characters of an argument an error line echoes.
 SHOWN = 100
 
@@ -56,7 +58,7 @@ def parse_duration(text: str) -> timedelta:
     except ValueError:
         raise InvalidArgument(f"bad duration {_shown(text)}: give e.g. 90s, 10m, 1h30m, 2d"
                               ) from None
-    if not 0 < seconds <= 3650 * 86400:
+    if not 0 < seconds <= MAX_DELAY:
         raise InvalidArgument(f"bad duration {_shown(text)}: must be more than 0 and at most "
                               "10 years")
     return timedelta(seconds=seconds)
@@ -72,7 +74,11 @@ def parse_time(text: str) -> datetime:
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise InvalidArgument(f"time {_shown(text)} is naive: give its offset, e.g. "
                               f"{moment.isoformat()}+00:00")
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:59:59-14:00 is in the year 10000 in UTC
+        raise InvalidArgument(f"time {_shown(text)} is out of range: give one between "
+                              "0001-01-02 and 9999-12-30") from None
 
 
 def check_bucket(name: str) -> str:
@@ -160,9 +166,8 @@ def cancel_user(ctl: JobControl, user: str,
 def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
                now: datetime | None = None) -> JobRow:
     """Make the scheduled job due at ``due_at`` (not pulled forward before it)."""
-    if due_at.tzinfo is None:
-        raise InvalidArgument(f"time {due_at.isoformat()} is naive: give a timezone-aware time")
-    moved = ctl.move(_text("job key", job_key), due_at, now or datetime.now(UTC))
+    now = now or datetime.now(UTC)
+    moved = ctl.move(_text("job key", job_key), _due(due_at, now), now)
     if moved is not None:
         return moved
     row = ctl.get(job_key)
@@ -182,9 +187,19 @@ def reschedule_user(ctl: JobControl, user: str, due_at: datetime,
     """Make every scheduled job of ``user`` due at ``due_at`` (not pulled forward before
     it); dispatched ones keep the time their running copy sets. (moved, left as they were)."""
     _user(user)
+    now = now or datetime.now(UTC)
+    return ctl.move_user(user, _due(due_at, now), now)
+
+
+def _due(due_at: datetime, now: datetime) -> datetime:
+    """``due_at`` if a job can wait for it: aware, and within a delay's 10 years (a job
+    moved to 9999-12-31 would sit in the store as a silent cancel)."""
     if due_at.tzinfo is None:
         raise InvalidArgument(f"time {due_at.isoformat()} is naive: give a timezone-aware time")
-    return ctl.move_user(user, due_at, now or datetime.now(UTC))
+    if due_at - now > timedelta(seconds=MAX_DELAY):
+        raise InvalidArgument(f"time {due_at.isoformat()} is more than 10 years ahead: cancel "
+                              "a job that should not run")
+    return due_at
 
 
 def pause(ctl: JobControl, bucket: str) -> bool:

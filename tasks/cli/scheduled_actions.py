@@ -127,5 +127,6 @@ ACTIONS: dict[str, Callable[[JobControl, Form, datetime], str]] = {
 def perform(action: str, form: Form) -> str:
     """Run ``action`` on the store; its line (InvalidArgument & co. before any change)."""
     if action not in ACTIONS:
-        raise InvalidArgument(f"unknown action {action!r} (known: {', '.join(ACTIONS)})")
+        shown = repr(action[:40]) + ("..." if len(action) > 40 else "")  # 1 MB: one line
+        raise InvalidArgument(f"unknown action {shown} (known: {', '.join(ACTIONS)})")
     return ACTIONS[action](control(), form, datetime.now(UTC))

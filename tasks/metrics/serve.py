@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
+import io
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +36,12 @@ log = logging.getLogger("recur.metrics")
 #: prometheus_client's directory for processes that share one endpoint (prefork workers).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 REALM = "recur metrics"
+#: Seconds a client gets to send its request head, and again to read the answer: a slow or
+#: silent client (slowloris, a bare connect) holds its thread no longer.
+REQUEST_SECONDS = 10.0
+#: Connections served at once (a thread each); more are closed unanswered, so a flood
+#: costs threads up to this and no more.
+MAX_CONNECTIONS = 64
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
@@ -60,6 +68,18 @@ def require_basic_auth(app: WSGIApp, user: str, password: str) -> WSGIApp:
     return guarded
 
 
+def only_metrics_path(app: WSGIApp) -> WSGIApp:
+    """``app`` at ``/metrics`` only: any other path is 404, not the metrics again."""
+
+    def routed(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO", "") in ("/metrics", "/metrics/"):
+            return app(environ, start_response)
+        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+        return [b"404 Not Found: the metrics are at /metrics\n"]
+
+    return routed
+
+
 def _credentials(header: str) -> tuple[bytes, bytes]:
     """(user, password) of a basic-auth header; empty ones when it is missing or malformed."""
     scheme, _, token = header.strip().partition(" ")
@@ -73,6 +93,23 @@ def _credentials(header: str) -> tuple[bytes, bytes]:
     return (user, password) if sep else (b"", b"")
 
 
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes until a deadline: one byte a second does not keep a request open."""
+
+    def __init__(self, sock: socket.socket, seconds: float) -> None:
+        self.sock, self.deadline = sock, time.monotonic() + seconds
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request head not received in time")
+        self.sock.settimeout(left)
+        return self.sock.recv_into(buffer)
+
+
 def start_server(bind: str, port: int, app: WSGIApp) -> ThreadingWSGIServer:
     """Serve ``app`` on ``bind``:``port`` (IPv4 or IPv6) from a daemon thread."""
     from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -80,14 +117,51 @@ def start_server(bind: str, port: int, app: WSGIApp) -> ThreadingWSGIServer:
     from prometheus_client.exposition import ThreadingWSGIServer
 
     class QuietHandler(WSGIRequestHandler):
-        """No access log line per scrape on stderr."""
+        """No access log line per scrape on stderr; a slow or vanished client is dropped."""
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, REQUEST_SECONDS))
+
+        def parse_request(self) -> bool:
+            parsed: bool = super().parse_request()
+            self.connection.settimeout(REQUEST_SECONDS)  # the head is read: now the answer
+            return parsed
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except OSError:  # too slow (TimeoutError), reset, gone: nobody to answer
+                self.close_connection = True
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
     family = socket.getaddrinfo(bind, port, type=socket.SOCK_STREAM)[0][0]
-    server_class = type("MetricsServer", (ThreadingWSGIServer,), {"address_family": family})
-    server: ThreadingWSGIServer = make_server(bind, port, app, server_class,
+
+    class MetricsServer(ThreadingWSGIServer):
+        """At most MAX_CONNECTIONS handler threads; a connection beyond them is closed."""
+
+        address_family = family
+        slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+        def process_request(self, request: Any, client_address: Any) -> None:
+            if not self.slots.acquire(blocking=False):
+                self.shutdown_request(request)
+                return
+            try:
+                super().process_request(request, client_address)
+            except BaseException:
+                self.slots.release()
+                raise
+
+        def process_request_thread(self, request: Any, client_address: Any) -> None:
+            try:
+                super().process_request_thread(request, client_address)
+            finally:
+                self.slots.release()
+
+    server: ThreadingWSGIServer = make_server(bind, port, app, MetricsServer,
                                               handler_class=QuietHandler)
     threading.Thread(target=server.serve_forever, name="recur-metrics", daemon=True).start()
     return server
@@ -116,7 +190,7 @@ def serve_metrics(cfg: Settings, registry: CollectorRegistry | None = None,
     if registry is None:
         create_all()  # every declared metric listed from the first scrape (lazy_metrics.py)
         registry = _registry()
-    app: WSGIApp = make_wsgi_app(registry)
+    app: WSGIApp = only_metrics_path(make_wsgi_app(registry))
     if cfg.metrics_user:
         app = require_basic_auth(app, cfg.metrics_user, cfg.metrics_password)
     try:

@@ -202,11 +202,19 @@ def test_the_page_refuses_without_auth_or_token_and_names_bad_input(
                 "is naive",
             (("action", "pause"), ("target_bucket", "huge")): "unknown bucket 'huge'",
             (("action", "explode"),): "unknown action 'explode'",
+            (("action", "reschedule"), ("key", "kept"), ("when", "9999-12-31T23:59:59-14:00")):
+                "out of range",
+            (("action", "reschedule"), ("key", "kept"), ("when", "9999-12-31T23:59:59+00:00")):
+                "more than 10 years ahead",
+            (("action", "reschedule-user"), ("target_user", "frank"),
+             ("when", "9999-12-31T23:59:59+00:00")): "more than 10 years ahead",
+            (("action", "x" * 100_000),): "unknown action 'xxx",
         }
         for fields, reason in refused.items():
             reply = client.post(page, data={"_xsrf": token, **dict(fields)})
             shown = re.search(r'<div id="notice"[^>]*>(.*?)</div>', reply.text, re.S)
             assert reply.status_code == 400 and shown, (fields, reply.text[-1500:])
+            assert len(shown.group(1)) < 1000, fields  # one line, not the 100 kB echoed
             assert reason in shown.group(1).replace("&#x27;", "'").replace(
                 "&lt;", "<").replace("&gt;", ">").replace("&quot;", '"').replace(
                 "&amp;", "&")
@@ -215,4 +223,5 @@ def test_the_page_refuses_without_auth_or_token_and_names_bad_input(
                       "bucket=medium&state=scheduled&after=WyJ4Il0"):
             reply = client.get(f"{page}?{query}")
             assert reply.status_code == 400 and 'id="notice"' in reply.text, query
-        assert ctl.get("kept") is not None
+        kept = ctl.get("kept")
+        assert kept is not None and kept.due_at < datetime.now(UTC) + timedelta(hours=2)

@@ -7,6 +7,9 @@ from __future__ import annotations
 import base64
 import logging
 import os
+import socket
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +19,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from config.settings import load_settings
+from tasks.metrics import serve as metrics_serve
 from tasks.metrics.serve import serve_metrics
 from tests.support import services
 from tests.support.processes import Child, recur_argv, spawn, wait_for
@@ -128,3 +132,57 @@ def test_a_real_scheduler_asks_for_its_metrics_credentials(
     with pytest.raises(httpx.ConnectError):
         get("127.0.0.2", port, good)
     assert "s3cret" not in scheduler.log()
+
+
+def raw(port: int, data: bytes, timeout: float = 5) -> bytes:
+    """What the server answers ``data`` with, up to its close (b"" when it just closes)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(data)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+        return answer
+
+
+def test_hostile_requests_are_refused_and_the_endpoint_keeps_serving() -> None:
+    port = serve(**AUTH)
+    good = "Authorization: Basic " + base64.b64encode(
+        f"prom:{AUTH['RECUR_METRICS_PASSWORD']}".encode()).decode()
+    hostile = {
+        f"GET /../../etc/passwd HTTP/1.1\r\n{good}\r\n\r\n".encode(): b" 404 ",
+        f"GET /%2e%2e/x HTTP/1.1\r\n{good}\r\n\r\n".encode(): b" 404 ",
+        f"GET /favicon.ico HTTP/1.1\r\n{good}\r\n\r\n".encode(): b" 404 ",
+        b"GET /../../etc/passwd HTTP/1.1\r\n\r\n": b" 401 ",  # no path probing unlogged
+        f"DELETE /metrics HTTP/1.1\r\n{good}\r\n\r\n".encode(): b" 405 ",
+        b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n": b" 414 ",
+        b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n": b" 431 ",
+        b"GET /metrics HTTP/9.9\r\n\r\n": b"505",  # http.server's page: no status line
+        bytes(range(256)) + b"\r\n\r\n": b"400",
+    }
+    for request, status in hostile.items():
+        answer = raw(port, request)
+        assert status in answer, (request[:60], answer[:300])
+        assert b"Traceback" not in answer and b"recur_test_scrapes" not in answer
+    assert get("127.0.0.1", port, header("prom", AUTH["RECUR_METRICS_PASSWORD"])
+               ).status_code == 200
+
+
+def test_slow_and_silent_clients_are_cut_off_and_cost_bounded_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metrics_serve, "REQUEST_SECONDS", 1.0)
+    monkeypatch.setattr(metrics_serve, "MAX_CONNECTIONS", 4)
+    port = serve()
+    threads = threading.active_count()
+    silent = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(20)]
+    wait_for(lambda: all(s.recv(1) == b"" for s in silent), 10, "silent clients cut off")
+    assert threading.active_count() <= threads + 4 + 1
+    slow = socket.create_connection(("127.0.0.1", port), timeout=10)
+    started = time.monotonic()
+    with pytest.raises(OSError):  # a header byte every 0.2 s: cut at the 1 s deadline
+        for byte in b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 100:
+            slow.send(bytes([byte]))
+            time.sleep(0.2)
+    assert time.monotonic() - started < 8
+    for s in [*silent, slow]:
+        s.close()
+    wait_for(lambda: get("127.0.0.1", port).status_code == 200, 10, "a scrape after them")

@@ -114,7 +114,8 @@ def test_bad_durations(text: str) -> None:
 def test_times_need_their_offset() -> None:
     assert parse_time("2030-01-01T01:00:00+01:00") == T0
     assert parse_time("2030-01-01T00:00:00Z") == T0
-    for bad in ("2030-01-01T00:00:00", "tomorrow"):
+    for bad in ("2030-01-01T00:00:00", "tomorrow", "9999-12-31T23:59:59-14:00",
+                "0001-01-01T00:00:00+14:00"):
         with pytest.raises(InvalidArgument):
             parse_time(bad)
 
