@@ -19,7 +19,7 @@ from config.settings import Settings
 from routing.messages import validate_message
 from routing.recurrence import MAX_EVERY
 from scheduler.bounds import Limits, check_call, check_job_key
-from scheduler.call_options import StoredRun, check_stored_options
+from scheduler.call_options import READ, StoredRun, check_stored_options
 from scheduler.wire import encode_call, message_of
 
 EVERY, CRON = "every", "cron"
@@ -38,9 +38,10 @@ class PeriodicEntry:
 
 #: What a ``beat_schedule`` entry may hold: celery beat's keys that mean something here.
 ENTRY_KEYS = frozenset({"task", "schedule", "args", "kwargs", "options", "relative"})
-#: Call options the store path reads for a producer's call; a periodic run keeps none
-#: (it runs at its schedule's times, under its period's key, without callbacks).
-NOT_PERIODIC = ("countdown", "eta", "retries", "task_id", "link", "link_error")
+#: Call options the store path reads for a producer's call (call_options.READ); a
+#: periodic run keeps none (it runs at its schedule's times, under its period's key,
+#: without callbacks).
+NOT_PERIODIC = sorted(READ)
 #: Room the job key ``periodic:<name>:<time>`` leaves for the time (an isoformat).
 KEY_TIME = "0" * 32
 
@@ -109,8 +110,7 @@ def next_run(spec: str, after: datetime) -> datetime:
                     return fire
                 moment += timedelta(minutes=1)
             raise ValueError("no fire time after now")
-    except (ValueError, TypeError, OverflowError, ArithmeticError, KeyError,
-            IndexError) as exc:
+    except (ValueError, TypeError, ArithmeticError, LookupError) as exc:
         raise InvalidSchedule(f"periodic schedule {spec!r:.80}: {str(exc)[:120]}") from exc
     raise InvalidSchedule(f"unknown periodic schedule {spec!r:.80}")
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from config.errors import InvalidMessage, InvalidSchedule
+from config.first_seen import FirstSeen
 from scheduler.periodic import PeriodicEntry, next_run
 from scheduler.store.base import StoreCore, task_codes
 from scheduler.store.queries import (
@@ -68,14 +69,10 @@ def fire_due_entries(store: StoreCore, now: datetime) -> list[str]:
 
 
 #: Unusable rows already reported (name, schedule, args): once each, not every pass.
-_reported: set[tuple[str, str, str]] = set()
+_reported = FirstSeen()
 
 
 def _report_once(name: str, schedule: str, args: str, exc: Exception) -> None:
-    if (name, schedule, args) in _reported:
-        return
-    if len(_reported) >= 1000:
-        _reported.clear()
-    _reported.add((name, schedule, args))
-    log.warning("periodic entry %.80r in the store is skipped (not fired, left as it is): %s",
-                name, exc)
+    if _reported.first((name, schedule, args)):
+        log.warning("periodic entry %.80r in the store is skipped (not fired, left as it "
+                    "is): %s", name, exc)

@@ -28,6 +28,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeDecorator
 
+from config.first_seen import FirstSeen
+
 #: Row states: waiting for its time, or published and leased to a worker.
 SCHEDULED = 0
 DISPATCHED = 1
@@ -54,13 +56,12 @@ def next_token(token: int) -> int:
 #: time another writer garbled is overdue (run, and its reschedule writes a real time)
 #: and a listing shows it, instead of the row failing every claim of its bucket.
 UNREADABLE_TIME = datetime(1970, 1, 1, tzinfo=UTC)
-_unreadable_seen: set[str] = set()
+_unreadable = FirstSeen()
 
 
 def unreadable_time(text: str) -> datetime:
     """UNREADABLE_TIME for ``text``, with one WARNING per distinct text."""
-    if text not in _unreadable_seen and len(_unreadable_seen) < 1000:
-        _unreadable_seen.add(text)
+    if _unreadable.first(text):
         logging.getLogger("recur.store").warning(
             "a time in the store is not a time: %.60r; read as %s (overdue)", text,
             UNREADABLE_TIME.isoformat())
