@@ -32,7 +32,9 @@ before any process starts.
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from collections.abc import Mapping
 from functools import cache
@@ -43,6 +45,7 @@ from config.bucket_rates import FIELDS as RATE_FIELDS
 from config.bucket_rates import rate_default, task_rates
 from config.buckets import BUILTIN, POOLS, Bucket, BucketTable, Pool
 from config.errors import BucketsFileError
+from config.text import visible
 
 REQUIRED = ("soft_time_limit", "time_limit", "concurrency", "pool")
 OPTIONAL = ("queue", "prefetch", "work_seconds", "jitter", *RATE_FIELDS)
@@ -57,19 +60,21 @@ BOUNDS: dict[str, float] = {"soft_time_limit": 86400, "time_limit": 86400,
 CONCURRENCY = {"prefork": 256, "threads": 1024, "solo": 1}
 #: Buckets and kinds of one table: each bucket is two queues and a worker fleet.
 MAX_BUCKETS, MAX_KINDS = 64, 1000
+#: Largest bucket file read: 64 buckets and 1000 kinds take a few dozen KiB.
+MAX_FILE_BYTES = 1 << 20
 
 
 class _Where:
     """Builds errors that say where in the file the problem is."""
 
     def __init__(self, path: str) -> None:
-        self.path = path
+        self.path = shown_path(path)
 
     def error(self, problem: str, bucket: str | None = None,
               key: str | None = None) -> BucketsFileError:
         where = [self.path]
         if bucket is not None:
-            where.append(f"bucket {bucket!r}")
+            where.append(f"bucket {bucket!r:.80}")
         if key is not None:
             where.append(key)
         return BucketsFileError(f"{': '.join(where)}: {problem}")
@@ -103,7 +108,7 @@ def _check_keys(where: _Where, name: str, spec: Any) -> None:
         raise where.error("a bucket name is letters, digits, '_', '-' or '.' "
                           "(at most 63)", name)
     if not isinstance(spec, Mapping):
-        raise where.error(f"must be a table ([buckets.{name}]), got {spec!r}", name)
+        raise where.error(f"must be a table ([buckets.{name}]), got {spec!r:.80}", name)
     for key in spec:
         if key not in REQUIRED + OPTIONAL:
             raise where.error(f"unknown key (known: {', '.join(REQUIRED + OPTIONAL)})",
@@ -123,10 +128,13 @@ def _bucket(where: _Where, name: str, spec: Any) -> Bucket:
                           f"{spec['soft_time_limit']!r}", name, "time_limit")
     pool = spec["pool"]
     if pool not in POOLS:
-        raise where.error(f"unknown pool {pool!r} (known: {', '.join(POOLS)})", name, "pool")
+        raise where.error(f"unknown pool {pool!r:.80} (known: {', '.join(POOLS)})", name, "pool")
     queue = spec.get("queue", name)
     if not isinstance(queue, str) or not NAME.fullmatch(queue) or queue.endswith(".dead"):
-        raise where.error(f"not a usable queue name: {queue!r}", name, "queue")
+        raise where.error(f"not a usable queue name: {queue!r:.80}", name, "queue")
+    if queue.lower().startswith("amq."):  # RabbitMQ refuses to declare one (ACCESS_REFUSED)
+        raise where.error(f"queue {queue!r}: names starting 'amq.' are RabbitMQ's own",
+                          name, "queue")
     return Bucket(
         name, queue, soft_time_limit=float(soft), time_limit=float(hard),
         prefetch=int(_number(where, name, "prefetch", spec.get("prefetch", 1), True,
@@ -158,7 +166,7 @@ def _work(where: _Where, name: str, spec: Mapping[str, Any], soft: float) -> flo
 
 def _kinds(where: _Where, raw: Any, names: set[str]) -> Mapping[str, str]:
     if not isinstance(raw, Mapping):
-        raise where.error(f"[kinds] must be a table of kind = \"bucket\", got {raw!r}")
+        raise where.error(f"[kinds] must be a table of kind = \"bucket\", got {raw!r:.80}")
     if len(raw) > MAX_KINDS:
         raise where.error(f"{len(raw)} kinds: at most {MAX_KINDS}", key="kinds")
     for kind, bucket in raw.items():
@@ -166,7 +174,7 @@ def _kinds(where: _Where, raw: Any, names: set[str]) -> Mapping[str, str]:
             raise where.error(f"kind {kind!r:.70} is not a name (letters, digits, '_', '-' "
                               "or '.', at most 63)", key="kinds")
         if not isinstance(bucket, str) or bucket not in names:
-            raise where.error(f"kind {kind!r} maps to unknown bucket {bucket!r} "
+            raise where.error(f"kind {kind!r} maps to unknown bucket {bucket!r:.80} "
                               f"(buckets: {', '.join(sorted(names))})", key="kinds")
     return MappingProxyType(dict(raw))
 
@@ -196,19 +204,40 @@ def parse_table(document: Mapping[str, Any], path: str) -> BucketTable:
                        task_rates=task_rates(document.get("tasks", {}), path))
 
 
+def shown_path(path: str) -> str:
+    """The file's path as an error line shows it: control characters escaped, cut short."""
+    text = visible(path)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _read(path: str) -> bytes:
+    """The file's bytes: a regular file of at most MAX_FILE_BYTES (a FIFO or a device such
+    as /dev/zero would block or never end)."""
+    with open(path, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise BucketsFileError(f"{shown_path(path)}: cannot read it: not a regular file")
+        data = handle.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise BucketsFileError(f"{shown_path(path)}: over {MAX_FILE_BYTES} bytes: not a "
+                               "bucket table")
+    return data
+
+
 @cache
 def load_table(path: str) -> BucketTable:
     """The table in ``path`` ('' : the built-in one), read once per process."""
     if not path:
         return BUILTIN
+    shown = shown_path(path)
     try:
-        with open(path, "rb") as handle:
-            document = tomllib.load(handle)
+        document = tomllib.loads(_read(path).decode("utf-8"))
     except OSError as exc:
-        raise BucketsFileError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise BucketsFileError(f"{path}: not valid TOML: {exc}") from exc
-    except UnicodeDecodeError as exc:  # TOML is UTF-8; tomllib lets the decoder's error out
-        raise BucketsFileError(f"{path}: not valid TOML: not UTF-8 text (byte "
-                               f"{exc.start + 1})") from exc
+        raise BucketsFileError(f"{shown}: cannot read it: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # a NUL in the path: open() takes no such name
+        if isinstance(exc, tomllib.TOMLDecodeError):
+            raise BucketsFileError(f"{shown}: not valid TOML: {exc}") from exc
+        if isinstance(exc, UnicodeDecodeError):  # TOML is UTF-8
+            raise BucketsFileError(f"{shown}: not valid TOML: not UTF-8 text (byte "
+                                   f"{exc.start + 1})") from exc
+        raise BucketsFileError(f"{shown}: cannot read it: {exc}") from exc
     return parse_table(document, path)

@@ -82,6 +82,8 @@ def parse_destinations(raw: str) -> Destinations:
         if not DESTINATION_NAME.fullmatch(name):
             raise ValueError(f"destination name {name[:70]!r} may hold only {NAME_RULE} (it "
                              "names Redis keys and a dead-letter queue)")
+        if name in urls:  # the later one would silently replace the earlier
+            raise ValueError(f"destination {name!r} is listed twice")
         urls[name] = _checked_url(name, url)
         rate = _rate(name, options)
         if rate is not None:

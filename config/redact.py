@@ -12,6 +12,7 @@ separated). It errs towards masking too much: a password holding ``@`` or
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterator
 from urllib.parse import unquote
 
@@ -27,9 +28,33 @@ _PARAM = re.compile(
 _PLACEHOLDER = re.compile(r"(?i)^\s*change[-_ ]?me")
 
 
+#: The letters a URL scheme starts with, and the characters it holds (as SCHEME says).
+_LETTERS = frozenset(string.ascii_letters)
+_SCHEME_CHARS = _LETTERS | frozenset(string.digits + "+.-")
+
+
+def scheme_ends(text: str) -> list[int]:
+    """Where each ``scheme://`` of ``text`` ends: what ``SCHEME.finditer`` finds, in one
+    pass (the regex tries every letter of a long word again: 100,000 letters, 20 s)."""
+    ends: list[int] = []
+    floor = 0
+    while (colon := text.find("://", floor)) >= 0:
+        start = colon
+        while start > floor and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < colon and text[start] not in _LETTERS:  # a scheme starts with one
+            start += 1
+        if start < colon:
+            ends.append(colon + 3)
+            floor = colon + 3
+        else:
+            floor = colon + 1
+    return ends
+
+
 def _userinfo_spans(text: str, stop_at_space: bool) -> Iterator[tuple[int, int]]:
     """Spans of the passwords in every ``scheme://user:password@`` of ``text``."""
-    starts = [m.end() for m in SCHEME.finditer(text)]
+    starts = scheme_ends(text)
     for i, start in enumerate(starts):
         end = starts[i + 1] if i + 1 < len(starts) else len(text)
         if stop_at_space:

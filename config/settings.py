@@ -25,11 +25,13 @@ from config.redact import MASK, masked
 from config.settings_bounds import bounds_text, check_values, is_numeric
 from config.settings_fields import Settings
 from config.settings_parsers import parse_value
-from config.text import is_unicode
+from config.text import is_unicode, visible
 
 __all__ = ["PREFIX", "Settings", "defaults", "load_settings", "problems", "settings", "shown"]
 
 PREFIX = "RECUR_"
+#: Longest reason printed for one bad variable: a value echoed by a parser is cut there.
+MAX_PROBLEM = 300
 
 
 #: Settings that are gone, and what replaces them.
@@ -50,7 +52,7 @@ def problems(environ: Mapping[str, str] | None = None) -> tuple[dict[str, Any], 
     env = os.environ if environ is None else environ
     bad: list[str] = []
     try:
-        table = load_table(env.get(PREFIX + "BUCKETS_FILE", ""))
+        table = load_table(_usable_path(env.get(PREFIX + "BUCKETS_FILE", "")))
     except BucketsFileError as exc:
         bad.append(str(exc))
         table = BUILTIN
@@ -92,9 +94,20 @@ def _read(var: str, raw: str, table: BucketTable, values: dict[str, Any]) -> str
         problem = _plain(exc)
         if is_numeric(_FIELDS[name].type) and bounds_text(name) not in problem:
             problem += f"; {name} is {bounds_text(name)}"
-        return f"{var}={shown(name, raw)!r:.100}: {problem}"
+        return f"{var}={shown(name, raw)!r:.100}: {problem:.{MAX_PROBLEM}}"
     values[name] = value
     return None
+
+
+def _usable_path(path: str) -> str:
+    """RECUR_BUCKETS_FILE as a path to open: one that is not UTF-8 (reported by _read) or
+    holds a NUL (no file system takes it) is not opened, so it is one line, not two."""
+    if not is_unicode(path):
+        return ""
+    if "\0" in path:
+        raise BucketsFileError(f"RECUR_BUCKETS_FILE={visible(path)!r:.100}: holds a NUL "
+                               "character: not a file path")
+    return path
 
 
 def defaults() -> dict[str, Any]:

@@ -20,7 +20,7 @@ from config.signing import check_key
 POSITIVE = frozenset({
     "schedule_threshold", "lease_seconds", "scheduler_interval", "low_watermark",
     "scheduler_idle_interval",
-    "high_watermark", "drain_batch", "drain_threads", "lock_ttl", "lock_wait_budget",
+    "high_watermark", "drain_batch", "drain_threads", "lock_wait_budget",
     "lock_gap_timeout", "lock_reap_interval", "reseq_gap_timeout", "reseq_capacity",
     "send_timeout", "send_backoff", "send_backoff_max", "metrics_refresh",
     "metrics_top_destinations", "status_interval", "sender_lease", "outage_budget",
@@ -29,9 +29,9 @@ NON_NEGATIVE = frozenset({"work_scale", "completion_log_maxlen", "send_retries",
                           "lock_chain_seconds", "metrics_port", "pull_forward_min_seconds",
                           "unknown_bucket_grace"})
 FRACTIONS = frozenset({"pull_forward_fraction"})
-AT_LEAST_ONE = frozenset({"lock_max_parked", "reseq_max_entry_bytes", "fair_share_quota",
-                          "max_payload_bytes", "max_deliveries", "max_job_key_bytes",
-                          "max_call_bytes", "flower_port"})
+AT_LEAST_ONE = frozenset({"lock_ttl", "lock_max_parked", "reseq_max_entry_bytes",
+                          "fair_share_quota", "max_payload_bytes", "max_deliveries",
+                          "max_job_key_bytes", "max_call_bytes", "flower_port"})
 HOUR, DAY = 3600, 86400
 #: Upper bounds: above one is a typo or a unit mistake (ms for s), not a deployment.
 AT_MOST: dict[str, float] = {
@@ -166,7 +166,8 @@ def _check_url(name: str, url: str) -> None:
                          f"{', ...' if len(schemes) > 6 else ''} (scheme: {shown})")
     _check_port(name, url)
     db = urlsplit(url).path.strip("/")
-    if scheme in ("redis", "rediss") and db and not db.isdigit():
+    if scheme in ("redis", "rediss") and db and not (db.isascii() and db.isdigit()
+                                                     and len(db) <= 9):
         raise ValueError(f"{name}: the Redis database after the host must be a number "
                          f"(redis://host:6379/0), got {db[:20]!r}")
 

@@ -19,6 +19,7 @@ from config.destinations import parse_destinations
 
 def _parse_kinds(raw: str, table: BucketTable) -> Mapping[str, str]:
     kinds = dict(table.kinds)
+    given: set[str] = set()
     for item in filter(None, (part.strip() for part in raw.split(","))):
         kind, sep, bucket = item.partition(":")
         if not sep or not NAME.fullmatch(kind.strip()) or not bucket.strip():
@@ -27,6 +28,9 @@ def _parse_kinds(raw: str, table: BucketTable) -> Mapping[str, str]:
         if bucket.strip() not in table.names:
             raise ValueError(f"kind {kind.strip()!r} maps to unknown bucket {bucket.strip()!r}"
                              f" (buckets: {', '.join(table.names)})")
+        if kind.strip() in given:  # the later one would silently replace the earlier
+            raise ValueError(f"kind {kind.strip()!r} is given twice")
+        given.add(kind.strip())
         kinds[kind.strip()] = bucket.strip()
     return MappingProxyType(kinds)
 
@@ -36,7 +40,9 @@ def _parse_steps(raw: str) -> Mapping[str, str]:
     for item in filter(None, (part.strip() for part in raw.split(","))):
         destination, sep, task = (text.strip() for text in item.partition(":"))
         if not sep or not destination or not task:
-            raise ValueError(f"{item!r} is not 'destination:task.name'")
+            raise ValueError(f"{item!r:.80} is not 'destination:task.name'")
+        if destination in steps:  # the later one would silently replace the earlier
+            raise ValueError(f"destination {destination!r:.80} is given two steps")
         steps[destination] = task
     return MappingProxyType(steps)
 
@@ -90,6 +96,9 @@ def parse_value(name: str, kind: Any, raw: str, table: BucketTable) -> Any:
         return _TEXT_PARSERS[name](raw)
     if kind in (bool, "bool"):
         return _parse_bool(raw)
+    if kind in (int, "int", float, "float") and not raw.isascii():
+        # int() and float() take any script's digits ("١٢", "２"): a pasted lookalike
+        raise ValueError("not a number (only ASCII digits are taken)")
     if kind in (int, "int"):
         return int(raw)
     if kind in (float, "float"):

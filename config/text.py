@@ -8,9 +8,17 @@ takes text asks here first, so the refusal is one line naming the field.
 
 from __future__ import annotations
 
+import re
+
 #: Why a text with a lone surrogate is refused on every path (the store's UTF-8 refuses it,
 #: a Redis key cannot name it), not only when it is stored.
 LONE_SURROGATE = "holds a lone surrogate: not valid Unicode, so it cannot be stored or sent"
+
+#: Control characters (C0, DEL, C1): no job key holds one (scheduler/bounds.py), so neither
+#: does a recurring message's id (routing/recurrence.py).
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+#: Why a string with a NUL cannot be stored (the seed's transform says it alike).
+NUL_REASON = "contains a NUL character (U+0000), which PostgreSQL cannot store"
 
 
 def is_unicode(text: str) -> bool:
@@ -31,3 +39,14 @@ def visible(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def brief(value: object, width: int = 60) -> str:
+    """``value`` for an error line: its repr cut to ``width`` characters. An integer too
+    long to print (Python refuses past 4,300 digits) is named by its size instead."""
+    try:
+        shown = repr(value)
+    except ValueError:
+        size = value.bit_length() if isinstance(value, int) else 0
+        return f"an integer of {size} bits"
+    return shown if len(shown) <= width else shown[:width - 1] + "…"

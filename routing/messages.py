@@ -64,9 +64,29 @@ def encoded_payload_size(payload: Any) -> int:
         raise InvalidMessage("payload", "nested too deeply to encode as JSON") from None
     if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and too_deep(payload):
         raise InvalidMessage("payload", f"nested more than {MAX_PAYLOAD_DEPTH} levels deep")
+    if "{" in text:
+        found = non_string_key(payload)
+        if found:  # JSON would make it a string: {1: "a", "1": "b"} keeps only one
+            raise InvalidMessage("payload", f"an object key must be a string, got "
+                                 f"{found[0]!r:.60} ({type(found[0]).__name__})")
     if "\\ud" in text and not is_unicode(json.dumps(payload, ensure_ascii=False)):
         raise InvalidMessage("payload", LONE_SURROGATE)  # escaped above as \udXXX
     return len(text.encode())
+
+
+def non_string_key(payload: Any) -> tuple[Any, ...]:
+    """``(key,)``: a key of an object in ``payload`` that is not a string; ``()``: none."""
+    todo = [payload]
+    while todo:
+        value = todo.pop()
+        if isinstance(value, Mapping):
+            for key in value:
+                if not isinstance(key, str):
+                    return (key,)
+            todo.extend(value.values())
+        elif isinstance(value, list | tuple):
+            todo.extend(value)
+    return ()
 
 
 def too_deep(payload: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:

@@ -16,6 +16,7 @@ raises its ``every``), never faster, and is not dead-lettered for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -23,7 +24,10 @@ from typing import Any
 
 from config.errors import InvalidMessage
 from config.settings import settings
+from config.text import CONTROL, NUL_REASON
 from routing import jitter as phases
+
+NUL_IN_RECURRING = f"{NUL_REASON}: a recurring message is stored for its next run"
 
 #: Ten years: a longer ``every`` is a mistake (and overflows a datetime sooner or later).
 MAX_EVERY = 10 * 365 * 24 * 3600.0
@@ -128,3 +132,31 @@ def check_call(args: Any, kwargs: Any) -> None:
         kwargs.get("message") if isinstance(kwargs, Mapping) else None)
     if isinstance(message, Mapping):
         recurrence_of(message.get("payload"))
+
+
+def check_published_recurring(args: Any, kwargs: Any) -> None:
+    """Refuse a call published now (no job key, not a run's own reschedule) whose message
+    recurs but whose next run the due-jobs store would refuse: its row is keyed by the
+    message's id (printable characters only) and PostgreSQL holds no NUL. Unchecked, the
+    worker's reschedule would fail after the first run and the schedule would stop."""
+    message = args[0] if isinstance(args, list | tuple) and args else (
+        kwargs.get("message") if isinstance(kwargs, Mapping) else None)
+    if not isinstance(message, Mapping):
+        return
+    recurrence = recurrence_of(message.get("payload"))
+    if recurrence is None or not recurrence.again:
+        return
+    ident, user_id = message.get("id"), message.get("user_id")
+    bad = CONTROL.search(ident) if isinstance(ident, str) else None
+    if bad is not None:
+        raise InvalidMessage("id", f"control character U+{ord(bad.group()):04X} at position "
+                             f"{bad.start()}: a recurring message's id is its job key in the "
+                             "store, which holds printable characters only")
+    if isinstance(user_id, str) and "\x00" in user_id:
+        raise InvalidMessage("user_id", NUL_IN_RECURRING)
+    try:
+        text = json.dumps(message.get("payload"))
+    except (TypeError, ValueError, RecursionError):
+        return  # not JSON: the message check says what is wrong
+    if "\\u0000" in text:
+        raise InvalidMessage("payload", NUL_IN_RECURRING)

@@ -16,22 +16,16 @@ that breaks a bound is set aside with the reason, never published.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from config.errors import InvalidSchedule
 from config.settings import Settings
-from config.text import is_unicode
+from config.text import CONTROL, NUL_REASON, is_unicode
 
-#: Control characters (C0, DEL, C1): refused in a job key (PostgreSQL refuses NUL in any
-#: text, and the others make a key that no operator can type or read back).
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 #: Escapes json.dumps writes for a NUL or a surrogate: only a call holding one is walked.
 SUSPECT = ("\\u0000", "\\ud")
-#: Why a string with a NUL cannot be stored (the seed's transform says it alike).
-NUL_REASON = "contains a NUL character (U+0000), which PostgreSQL cannot store"
 #: Largest ``retries`` a stored call may carry (a signed 32-bit header integer).
 MAX_RETRIES = 2**31 - 1
 

@@ -15,11 +15,12 @@ from abc import ABCMeta
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from config.buckets_in_use import bucket_table
 from config.errors import InvalidSchedule
 from config.settings import Settings
+from config.text import brief
 from routing import tracing
 from routing.messages import validate_message
 from scheduler.bounds import Limits, check_call, check_job_key, check_retries
@@ -61,13 +62,13 @@ def due_time(countdown: Any, eta: Any, now: datetime) -> datetime | None:
 
 def _after_countdown(countdown: Any, now: datetime) -> datetime:
     if isinstance(countdown, bool) or not isinstance(countdown, int | float):
-        raise InvalidSchedule(f"countdown must be a number of seconds, got {countdown!r}")
-    if not math.isfinite(countdown) or countdown < 0:
-        raise InvalidSchedule(f"countdown must be a finite number >= 0, got {countdown!r}")
+        raise InvalidSchedule(f"countdown must be a number of seconds, got {brief(countdown)}")
+    if (isinstance(countdown, float) and not math.isfinite(countdown)) or countdown < 0:
+        raise InvalidSchedule(f"countdown must be a finite number >= 0, got {brief(countdown)}")
     try:
         return now + timedelta(seconds=countdown)
     except OverflowError:
-        raise InvalidSchedule(f"countdown {countdown!r} is past the last time a store "
+        raise InvalidSchedule(f"countdown {brief(countdown)} is past the last time a store "
                               "can hold (year 9999)") from None
 
 
@@ -76,7 +77,7 @@ def _eta_utc(eta: Any) -> datetime:
         try:
             eta = datetime.fromisoformat(eta)
         except ValueError as exc:
-            raise InvalidSchedule(f"eta {eta!r} is not an ISO 8601 time") from exc
+            raise InvalidSchedule(f"eta {brief(eta)} is not an ISO 8601 time") from exc
     if not isinstance(eta, datetime):
         raise InvalidSchedule(f"eta must be a datetime, got {type(eta).__name__}")
     if eta.tzinfo is None or eta.utcoffset() is None:
@@ -101,18 +102,18 @@ def check_message_options(options: Mapping[str, Any]) -> None:
                 datetime.fromisoformat(value)
                 continue
             except ValueError:
-                raise InvalidSchedule(f"expires {value!r:.60} is not an ISO 8601 time") from None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(
-                value) or (value < 0 and name != "expires"):
+                raise InvalidSchedule(f"expires {brief(value)} is not an ISO 8601 time") from None
+        if isinstance(value, bool) or not isinstance(value, int | float) or (isinstance(
+                value, float) and not math.isfinite(value)) or (value < 0 and name != "expires"):
             raise InvalidSchedule(f"{name} must be a finite number of seconds"
-                                  f"{'' if name == 'expires' else ' >= 0'}, got {value!r:.60}")
+                                  f"{'' if name == 'expires' else ' >= 0'}, got {brief(value)}")
     soft, hard = options.get("soft_time_limit"), options.get("time_limit")
     if soft and hard and soft > hard:
-        raise InvalidSchedule(f"soft_time_limit {soft!r} is above time_limit {hard!r}")
+        raise InvalidSchedule(f"soft_time_limit {brief(soft)} is above time_limit {brief(hard)}")
     priority = options.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)
                                  or not 0 <= priority <= 255):
-        raise InvalidSchedule(f"priority must be a whole number 0..255, got {priority!r:.60}")
+        raise InvalidSchedule(f"priority must be a whole number 0..255, got {brief(priority)}")
     headers = options.get("headers")
     if headers is not None and not isinstance(headers, Mapping):
         raise InvalidSchedule(f"headers must be a mapping, got {type(headers).__name__}")
@@ -126,6 +127,20 @@ class StorePlan:
     job: Job
     #: The running job's dispatch when the call reschedules its own row.
     reschedule_of: Dispatch | None
+
+
+class PlanContext(NamedTuple):
+    """What every call planned at one moment by one caller shares: the time, the running
+    job's dispatch (a reschedule's), the row's bounds. ``apply_many`` takes it once for
+    all its calls (a tenth of a call's cost)."""
+
+    now: datetime
+    running: Dispatch | None
+    limits: Limits
+
+    @classmethod
+    def of(cls, request: Any, cfg: Settings) -> PlanContext:
+        return cls(utcnow(), dispatch_of(request), Limits.of(cfg))
 
 
 def resent_job_key(running: Dispatch | None, request: Any, task_name: str,
@@ -156,7 +171,8 @@ def is_retry(options: Mapping[str, Any], request: Any) -> bool:
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                options: Mapping[str, Any], job_key: str | None, request: Any,
                cfg: Settings, *, not_before: bool = False,
-               ignores_result: bool | None = None) -> StorePlan | None:
+               ignores_result: bool | None = None,
+               context: PlanContext | None = None) -> StorePlan | None:
     """The store write for this call, or None when it should be published directly.
 
     Validates the delay options on every call and, for store calls, the message
@@ -166,22 +182,23 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     running job gets its pull-forward floor; ``not_before`` makes the due time
     the floor. A producer's ``task_id`` names the stored job (its job key, so the
     AsyncResult a canvas froze finds it); its other options are checked by
-    scheduler/call_options.py (``ignores_result``: the task's own setting).
+    scheduler/call_options.py (``ignores_result``: the task's own setting). ``context``:
+    what calls planned together share (PlanContext), taken now when not given.
     """
     if not isinstance(not_before, bool):
-        raise InvalidSchedule(f"not_before must be True or False, got {not_before!r}")
+        raise InvalidSchedule(f"not_before must be True or False, got {brief(not_before)}")
     check_message_options(options)
-    now = utcnow()
+    now, running, limits = context or PlanContext.of(request, cfg)
     due = due_time(options.get("countdown"), options.get("eta"), now)
     call_args, call_kwargs = list(args or ()), dict(kwargs or {})
-    running = dispatch_of(request)
-    limits = Limits.of(cfg)
     if job_key is not None:  # bounds first: a bad key is refused before anything else
         check_job_key(job_key, limits)
     message = validate_message(message_of(call_args, call_kwargs), cfg)
     key = job_key or resent_job_key(running, request, task_name, message) or message["id"]
     own = running if running is not None and running.job_key == key else None
-    long_delay = due is not None and (due - now).total_seconds() >= cfg.schedule_threshold
+    # A threshold of 0 sends every delayed call to the store, a due time already past too.
+    long_delay = due is not None and (cfg.schedule_threshold <= 0
+                                      or (due - now).total_seconds() >= cfg.schedule_threshold)
     if own is None and job_key is None and not long_delay:
         return None
     for name in ("link", "link_error"):

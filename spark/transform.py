@@ -24,10 +24,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from config.settings import Settings
+from config.text import CONTROL as BOUNDS_CONTROL
+from config.text import NUL_REASON
 from routing.jitter import HASH_BITS, HASH_HEX, SLACK
 from routing.messages import MAX_ID_LENGTH
-from scheduler.bounds import CONTROL as BOUNDS_CONTROL
-from scheduler.bounds import NUL_REASON
 from spark.parse import strict_parse_json
 from spark.schedule_checks import overflow_check, schedule_checks, schedule_columns
 

@@ -8,12 +8,15 @@ rather than acknowledged away.
 
 from __future__ import annotations
 
+import os
+import sys
 from functools import cached_property
 from typing import Any
 
 from celery import Celery
 
 from config import keys
+from config.errors import EXIT_ERROR, ConfigError, one_line
 from config.settings import Settings, settings
 from routing.queues import TASK_EXCHANGE, work_queues
 from routing.router import route_task
@@ -78,10 +81,25 @@ def celery_config(cfg: Settings) -> dict[str, Any]:
     }
 
 
+def _settings_for_app() -> Settings:
+    """The environment's settings; under ``celery -A tasks …`` (or config.worker_entry) a bad
+    one is the ``recur: …`` line and exit 2 that ``recur`` gives, not Celery's "Unable to
+    load celery application" with a traceback (it catches every Exception of the import)."""
+    try:
+        return settings()
+    except ConfigError as exc:
+        program = os.path.normpath(sys.argv[0]) if sys.argv else ""
+        if not program.endswith(("celery", os.path.join("celery", "__main__.py"),
+                                 os.path.join("config", "worker_entry.py"))):
+            raise
+        print(f"recur: {one_line(exc)}", file=sys.stderr)
+        raise SystemExit(EXIT_ERROR) from None
+
+
 def create_app(cfg: Settings | None = None) -> RecurCelery:
     """Build the Celery app from ``cfg`` (default: the environment's settings)."""
     app = RecurCelery("recur", set_as_current=True)
-    app.config_from_object(celery_config(cfg or settings()))
+    app.config_from_object(celery_config(cfg or _settings_for_app()))
     return app
 
 

@@ -11,7 +11,7 @@ from celery.exceptions import Reject
 from config.errors import StoreError, StoreUnavailable
 from config.settings import settings
 from routing.messages import Message, validate_message
-from routing.recurrence import check_call
+from routing.recurrence import check_call, check_published_recurring
 from scheduler.call_options import READ
 from scheduler.calls import due_time, store_plan, utcnow
 from scheduler.wire import DISPATCH_HEADER, Dispatch, dispatch_of
@@ -34,9 +34,11 @@ def broker_delay(options: dict[str, Any]) -> dict[str, Any]:
     if due is None:
         return options
     delay = (due - now).total_seconds()
+    without_eta = {k: v for k, v in options.items() if k != "eta"}
     if delay > 0:
-        return {**{k: v for k, v in options.items() if k != "eta"}, "countdown": max(1.0, delay)}
-    return {**options, "countdown": 0} if options.get("countdown") else options  # too small
+        return {**without_eta, "countdown": max(1.0, delay)}
+    # due already: now (an eta 68 years past is a countdown Celery's check refuses)
+    return {**without_eta, "countdown": 0} if options.get("countdown") else without_eta
 
 
 class MessageTask(Task):  # type: ignore[misc]
@@ -91,6 +93,8 @@ class MessageTask(Task):  # type: ignore[misc]
                 plan = store_plan(self.name, args, kwargs, {**kept, "eta": far}, None,
                                   self.request, settings(), not_before=True)
         if plan is None:  # a locked job is numbered now, or refused (LockLineFull)
+            if self.recurs_by_payload:
+                check_published_recurring(args, kwargs)
             options = numbered_at_submit(self, args, kwargs, broker_delay(options))
             result = super().apply_async(args, kwargs, task_id, producer, link, link_error,
                                          shadow, **options)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
@@ -27,7 +27,7 @@ from celery.canvas import Signature
 from config.errors import ArgumentsMismatch, InvalidMessage, InvalidSchedule
 from config.settings import Settings, settings
 from routing.recurrence import check_call
-from scheduler.calls import store_plan, utcnow
+from scheduler.calls import PlanContext, store_plan, utcnow
 from scheduler.store import Job
 from tasks.stored_result import keeps_results
 
@@ -73,9 +73,10 @@ def planned(task: Any, calls: Iterable[Any], options: Mapping[str, Any],
     if shared.get("countdown") is None and shared.get("eta") is None:
         shared["countdown"] = 0  # due now, through the store
     request = task.request
+    batch = Batch(PlanContext.of(request, cfg), {})
     for index, call in enumerate(calls):
         try:
-            job = _job(task, call, shared, not_before, request, cfg)
+            job = _job(task, call, shared, not_before, request, cfg, batch)
         except InvalidMessage as exc:
             raise type(exc)(f"apply_many item {index}: {exc.field}", exc.problem) from None
         except InvalidSchedule as exc:
@@ -84,8 +85,17 @@ def planned(task: Any, calls: Iterable[Any], options: Mapping[str, Any],
         yield job
 
 
+class Batch(NamedTuple):
+    """What the calls of one ``apply_many`` share: the moment they are planned at, and
+    the signature check's verdict per call shape (whether arguments bind to a function
+    depends only on how many are positional and which keywords are given)."""
+
+    context: PlanContext
+    shapes: dict[tuple[int, tuple[str, ...]], str | None]
+
+
 def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request: Any,
-         cfg: Settings) -> Job:
+         cfg: Settings, batch: Batch) -> Job:
     args, kwargs, own = _parts(task, call)
     options, job_key = shared, None
     if own:
@@ -96,11 +106,16 @@ def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request:
             options["countdown"] = 0
         job_key = options.pop("job_key", None)
         not_before = options.pop("not_before", not_before)
-    check_signature(task, args, kwargs)
+    shape = (len(args), tuple(kwargs))
+    if shape not in batch.shapes:
+        batch.shapes[shape] = signature_problem(task, args, kwargs)
+    if batch.shapes[shape] is not None:
+        raise ArgumentsMismatch("args", f"do not fit {task.name}: {batch.shapes[shape]}")
     if task.recurs_by_payload:
         check_call(args, kwargs)
     plan = store_plan(task.name, args, kwargs, options, job_key, request, cfg,
-                      not_before=not_before, ignores_result=bool(task.ignore_result))
+                      not_before=not_before, ignores_result=bool(task.ignore_result),
+                      context=batch.context)
     if plan is None or plan.reschedule_of is not None:
         raise InvalidSchedule("the running task's own job: reschedule it with apply_async")
     return plan.job
@@ -111,13 +126,22 @@ def check_signature(task: Any, args: Any, kwargs: Any) -> None:
     it publishes; a stored call unchecked would be taken now and fail at every run."""
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ArgumentsMismatch("kwargs", f"must be a mapping, got {type(kwargs).__name__}")
+    problem = signature_problem(task, args, kwargs)
+    if problem is not None:
+        raise ArgumentsMismatch("args", f"do not fit {task.name}: {problem}")
+
+
+def signature_problem(task: Any, args: Any, kwargs: Any) -> str | None:
+    """Why args/kwargs do not bind to the task's signature (Celery's typing check), or
+    None (args of another shape too: the message check names what is wrong)."""
     header = getattr(task, "__header__", None)
     if not task.typing or header is None or not isinstance(args, list | tuple | None):
-        return  # args of another shape: the message check names what is wrong
+        return None
     try:
         header(*(args or ()), **(kwargs or {}))
     except TypeError as exc:
-        raise ArgumentsMismatch("args", f"do not fit {task.name}: {exc}") from None
+        return str(exc)
+    return None
 
 
 def _parts(task: Any, call: Any) -> tuple[list[Any], dict[str, Any], dict[str, Any]]:

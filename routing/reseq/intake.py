@@ -21,7 +21,7 @@ producer that submits before it imported the app gets it loaded by name, as
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,11 +106,16 @@ def submit(destination: str, message: Any, cfg: Settings | None = None,
     return submit_batch(destination, [message], cfg, step)[0]
 
 
-def submit_batch(destination: str, messages: Sequence[Any],
+def submit_batch(destination: str, messages: Sequence[Any] | Iterable[Any],
                  cfg: Settings | None = None, step: Any = None) -> list[Accepted]:
-    """Take several messages, numbered in list order; one chord processes them."""
+    """Take several messages (a list, or any iterable but a single message), numbered in
+    order; one chord processes them."""
     cfg = cfg or settings()
     check_destination(destination, cfg)
+    if isinstance(messages, Mapping | str | bytes) or not isinstance(messages, Iterable):
+        raise InvalidMessage("messages", f"must be a list of messages, got "
+                             f"{type(messages).__name__}")
+    messages = list(messages)  # a generator: numbered as many as it gave, each published
     face = celery_face()
     resequence_process, resequence_batch = face.process, face.batch
     name = step_name(step)

@@ -66,6 +66,9 @@ log = logging.getLogger("recur.distlock")
 REDIS_DOWN_BACKOFF = 2.0
 #: Longest lease a task may ask for (RECUR_LOCK_TTL's own bound: a day).
 MAX_TTL = 86400
+#: Shortest (RECUR_LOCK_TTL's too): the watchdog refreshes a lease every sixth of it, and
+#: one of a millisecond lapses between two refreshes while its job still runs.
+MIN_TTL = 1
 #: Longest lock key: every one of a user's Redis keys carries it, and a message's
 #: user_id is at most 200 characters (routing/messages.py).
 MAX_KEY_CHARS = 1024
@@ -120,8 +123,8 @@ def user_lock(key: Callable[[Any], str] = message_user, *, ttl: float | None = N
         raise ValueError(f"when_redis_down must be 'retry' or 'run-unlocked', "
                          f"got {when_redis_down!r}")
     if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int | float)
-                            or not math.isfinite(ttl) or not 0 < ttl <= MAX_TTL):
-        raise ValueError(f"ttl must be a number of seconds > 0 and <= {MAX_TTL} "
+                            or not math.isfinite(ttl) or not MIN_TTL <= ttl <= MAX_TTL):
+        raise ValueError(f"ttl must be a number of seconds from {MIN_TTL} to {MAX_TTL} "
                          f"(as RECUR_LOCK_TTL), got {ttl!r:.60}")
     spec = LockSpec(key, ttl, when_redis_down)
 

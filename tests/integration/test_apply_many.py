@@ -71,6 +71,20 @@ def test_call_forms_and_their_own_options(store_url: str, store_in_use: DueStore
     now_due = process_message.apply_many([message("no-delay")])  # due now, via the store
     assert now_due == ["no-delay"]
     assert row(store_url, "no-delay")["due_at"] <= datetime.now(UTC)
+    past = datetime(2000, 1, 1, tzinfo=UTC)  # an eta already past: overdue, via the store
+    assert process_message.apply_many([message("past")], eta=past) == ["past"]
+    assert row(store_url, "past")["due_at"] == past
+
+
+def test_calls_of_one_shape_share_the_signature_check(store_url: str,
+                                                       store_in_use: DueStore) -> None:
+    """The verdict is kept per shape (how many args, which keywords): a misfit is still
+    refused at its own index after calls of another shape passed."""
+    calls: list[Any] = [message(f"s-{i}") for i in range(3)]
+    calls += [(message("two"), "extra"), message("s-3")]
+    with pytest.raises(InvalidMessage, match="apply_many item 3: args: do not fit"):
+        process_message.apply_many(calls, countdown=60)
+    assert all_keys(store_url) == []
 
 
 def test_a_key_given_twice_keeps_its_last_call(store_url: str, store_in_use: DueStore) -> None:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from config.errors import InvalidMessage, InvalidSchedule
-from scheduler.calls import due_time
+from scheduler.calls import check_message_options, due_time
 from scheduler.wire import Dispatch, decode_call, dispatch_header, dispatch_of, encode_call, micros
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -31,6 +31,22 @@ def test_due_time_from_countdown_or_aware_eta() -> None:
 def test_bad_delays(countdown: object, eta: object, match: str) -> None:
     with pytest.raises(InvalidSchedule, match=match):
         due_time(countdown, eta, NOW)
+
+
+@pytest.mark.parametrize(("options", "match"), [
+    ({"countdown": 10 ** 5000}, "past the last time"),   # no float holds it: not isfinite's
+    ({"countdown": -10 ** 5000}, ">= 0, got an integer of 16610 bits"),  # too long to print
+    ({"countdown": 2 ** 1100}, "past the last time"),
+    ({"eta": "x" * 100_000}, "not an ISO 8601 time"),
+    ({"time_limit": 10 ** 5000, "soft_time_limit": 10 ** 5001}, "is above time_limit"),
+    ({"priority": 10 ** 5000}, "0..255, got an integer of"),
+])
+def test_numbers_past_a_float_and_long_values_are_one_short_line(
+        options: dict[str, object], match: str) -> None:
+    with pytest.raises(InvalidSchedule, match=match) as refused:
+        check_message_options(options)
+        due_time(options.get("countdown"), options.get("eta"), NOW)
+    assert len(str(refused.value)) < 200
 
 
 def test_call_arguments_round_trip_and_refuse_non_json() -> None:
