@@ -126,6 +126,9 @@ def check_signature(task: Any, args: Any, kwargs: Any) -> None:
     it publishes; a stored call unchecked would be taken now and fail at every run."""
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ArgumentsMismatch("kwargs", f"must be a mapping, got {type(kwargs).__name__}")
+    if args is not None and not isinstance(args, list | tuple):  # Celery would take a dict's keys
+        raise ArgumentsMismatch("args", f"must be a list or tuple of the task's arguments "
+                                f"(args=[message]), got {type(args).__name__}")
     problem = signature_problem(task, args, kwargs)
     if problem is not None:
         raise ArgumentsMismatch("args", f"do not fit {task.name}: {problem}")

@@ -55,6 +55,19 @@ def test_a_non_string_key_in_the_payload_is_refused(broker: Connection, store_in
     only_good_one_published(broker)
 
 
+@pytest.mark.parametrize("args", [message(), "abc", {1, 2}], ids=["dict", "str", "set"])
+def test_args_that_are_no_list_are_named(broker: Connection, store_in_use: DueStore,
+                                         args: Any) -> None:
+    """Celery would take a dict's keys as the arguments: the message check then said
+    "message: must be a JSON object, got str", naming the wrong thing."""
+    for options in ({"countdown": 3600}, {}):
+        with pytest.raises(InvalidMessage) as caught:
+            process_message.apply_async(args=args, **options)
+        assert caught.value.field == "args" and type(args).__name__ in str(caught.value)
+    assert stored(store_in_use) == 0
+    only_good_one_published(broker)
+
+
 def test_an_eta_long_past_is_published_to_run_now(broker: Connection) -> None:
     # Celery turns an eta into a countdown and refuses one under -2**31 s with a ValueError
     for eta in (datetime(1, 1, 2, tzinfo=UTC), datetime(1950, 1, 1, tzinfo=UTC),
