@@ -170,7 +170,13 @@ class PublishRefused(BrokerUnavailable):
     batch was marked dispatched; the connection is still good."""
 
 
-class SchemaOutOfDate(StoreError):
+class StoreUnusable(StoreError):
+    """The due-jobs store answers but recur cannot run against it as it is (a schema at
+    another revision, a search_path naming no usable schema, a read-only or write-less
+    role): waiting will not help, so a worker or the scheduler refuses to start."""
+
+
+class SchemaOutOfDate(StoreUnusable):
     """The due-jobs schema is missing or old: run `recur db upgrade`."""
 
 

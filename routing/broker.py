@@ -78,11 +78,60 @@ ACCESS_CODES = frozenset({403, 530})
 def access_refusal(exc: BaseException | None) -> amqp.exceptions.AMQPError | None:
     """The broker's refusal of this client in ``exc`` or its causes (kombu wraps py-amqp's
     errors), else None: a refusal is a configuration error, not an outage to wait out."""
+    return reply_in(exc, ACCESS_CODES)
+
+
+def reply_in(exc: BaseException | None, codes: frozenset[int]) -> amqp.exceptions.AMQPError | None:
+    """The broker's error in ``exc`` or its causes whose reply code is one of ``codes``."""
     while exc is not None:
-        if isinstance(exc, amqp.exceptions.AMQPError) and exc.reply_code in ACCESS_CODES:
+        if isinstance(exc, amqp.exceptions.AMQPError) and exc.reply_code in codes:
             return exc
         exc = exc.__cause__ or exc.__context__
     return None
+
+
+#: Reply codes by which the broker refuses a declare of recur's topology, not this client:
+#: PRECONDITION_FAILED (a queue or exchange of that name exists with another type, other
+#: arguments or other durable/auto-delete flags) and RESOURCE_LOCKED (an exclusive queue
+#: of another connection holds the name). Declaring again cannot help.
+TOPOLOGY_CODES = frozenset({405, 406})
+
+
+def topology_conflict(exc: BaseException | None) -> amqp.exceptions.AMQPError | None:
+    """The broker's refusal of a declare or bind (of an exchange or a queue) in ``exc`` or
+    its causes, else None (a 406 of another method, e.g. an unknown delivery tag, is not)."""
+    while exc is not None:
+        found = reply_in(exc, TOPOLOGY_CODES)
+        if found is None:
+            return None
+        if (found.method_sig or (0, 0))[0] in (40, 50):  # Exchange.*, Queue.*
+            return found
+        exc = found.__cause__ or found.__context__
+    return None
+
+
+def topology_refused(url: str, conflict: amqp.exceptions.AMQPError) -> ServiceRefused:
+    """The error for the broker's refusal of recur's topology (``topology_conflict``)."""
+    return ServiceRefused(
+        f"broker {Connection(url).as_uri()} refused recur's topology: ({conflict.reply_code}) "
+        f"{conflict.reply_text}: {limit_hint(conflict) or CONFLICT_HINT}")
+
+
+CONFLICT_HINT = ("a queue or exchange keeps the type, arguments and flags it was first declared "
+                 "with (someone else declared it): move its messages away, delete it and run "
+                 "`recur topology`")
+ACCESS_HINT = ("check the user, password and virtual host of RECUR_BROKER_URL and the user's "
+               "permissions there (configure, write and read on recur's queues and exchanges)")
+
+
+def limit_hint(exc: amqp.exceptions.AMQPError) -> str | None:
+    """What to do about a refusal by one of the virtual host's limits (``max-queues``,
+    ``max-connections``: ``rabbitmqctl set_vhost_limits``), else None."""
+    text = str(exc.reply_text)
+    if "limit" not in text or "is reached" not in text:
+        return None
+    return ("the virtual host's limit is reached (rabbitmqctl list_vhost_limits): raise it, "
+            "or free queues or connections there; recur declares two queues a bucket")
 
 
 def check_access(url: str, prepare: Callable[[Connection], object]) -> bool:
@@ -90,22 +139,24 @@ def check_access(url: str, prepare: Callable[[Connection], object]) -> bool:
 
     True when done; False when the broker cannot be reached (an outage the process rides
     out with its own retries). A broker that refuses the user, password, virtual host or a
-    permission raises :class:`ServiceRefused` naming the URL (password masked): retrying
-    would loop on it forever.
+    permission raises :class:`ServiceRefused` naming the URL (password masked), and so does
+    one that refuses a declare (a queue or exchange someone else declared otherwise, naming
+    it and what differs): retrying would loop on it forever.
     """
     conn = Connection(url, connect_timeout=5)
     try:
         conn.connect()
         prepare(conn)
     except BROKER_ERRORS as exc:
+        conflict = topology_conflict(exc)
+        if conflict is not None:
+            raise topology_refused(url, conflict) from exc
         refusal = access_refusal(exc)
         if refusal is None:
             return False
         raise ServiceRefused(
             f"broker {conn.as_uri()} refused recur: ({refusal.reply_code}) "
-            f"{refusal.reply_text}: check the user, password and virtual host of "
-            f"RECUR_BROKER_URL and the user's permissions there (configure, write and read "
-            f"on recur's queues and exchanges)") from exc
+            f"{refusal.reply_text}: {limit_hint(refusal) or ACCESS_HINT}") from exc
     finally:
         release(conn)
     return True

@@ -86,8 +86,13 @@ local function wait_of(at)
   return math.max(1, math.ceil(at - now))
 end
 
+-- A counter another program overwrote (not an integer, or the hash not a hash) starts
+-- again from this call or is left alone: a statistic never stops a job (every key of
+-- the bucket shares the counters hash).
 local function count(kind, by)
-  redis.call('HINCRBY', KEYS[2], kind .. ':' .. ARGV[4], by)
+  local field = kind .. ':' .. ARGV[4]
+  local done = redis.pcall('HINCRBY', KEYS[2], field, by)
+  if type(done) == 'table' and done.err then redis.pcall('HSET', KEYS[2], field, by) end
 end
 
 local function refused(answer)

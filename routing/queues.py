@@ -10,6 +10,7 @@ queues for short countdowns.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from kombu import Connection, Exchange, Queue
@@ -23,7 +24,7 @@ from kombu.transport.native_delayed_delivery import (
 from config.buckets import Bucket
 from config.buckets_in_use import bucket_table
 from config.settings import Settings
-from routing.broker import QueueStats
+from routing.broker import BROKER_ERRORS, QueueStats, close_channel
 from routing.waits import declare_waits
 
 TASK_EXCHANGE = Exchange("recur.tasks", type="topic", durable=True)
@@ -88,6 +89,31 @@ def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
         for queue in work_queues(cfg):
             bind_delayed(connection, queue)
     return names
+
+
+def declare_again(open_channel: Callable[[], Any], names: Iterable[str],
+                  cfg: Settings) -> list[str]:
+    """Declare again those of ``names`` that are recur's queues, with their binding (and
+    Celery's delayed-delivery one), each on a channel of its own: a queue whose binding was
+    removed, or that was deleted and declared again by someone else, takes publishes again.
+    What was done, one phrase a queue (a refusal, e.g. 406 for other arguments, named)."""
+    queues = {q.name: q for b in (*cfg.buckets.buckets, OUTBOUND)
+              for q in (work_queue(b, cfg), dead_queue(b, cfg))}
+    said = []
+    for name in sorted(set(names) & queues.keys()):
+        channel = open_channel()
+        try:
+            queue = queues[name].bind(channel)
+            queue.declare()
+            if cfg.queue_type == "quorum" and queue.exchange.name == TASK_EXCHANGE.name:
+                queue.bind_to(TASK_EXCHANGE.name, routing_key=f"#.{queue.routing_key}")
+            said.append(f"queue {name} declared and bound again")
+        except BROKER_ERRORS as exc:  # the broker closes the channel over a refusal
+            said.append(f"queue {name} cannot be declared again: "
+                        f"{getattr(exc, 'reply_text', exc)}")
+        finally:
+            close_channel(channel)
+    return said
 
 
 def all_queue_names() -> list[str]:

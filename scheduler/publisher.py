@@ -15,6 +15,7 @@ routing/broker.py.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -28,8 +29,8 @@ from config.buckets_in_use import bucket_table
 from config.errors import BrokerUnavailable, PublishRefused
 from config.settings import settings
 from routing import tracing
-from routing.broker import broker_errors, queue_stats, release
-from routing.queues import DEAD_EXCHANGE
+from routing.broker import BROKER_ERRORS, broker_errors, queue_stats, release, topology_conflict
+from routing.queues import DEAD_EXCHANGE, declare_again
 from scheduler.bounds import Limits
 from scheduler.metrics import BROKER_CONNECTIONS
 from scheduler.outgoing import Build, Framing, Outgoing, Route
@@ -71,6 +72,7 @@ class ConfirmingPublisher:
         self._pending: set[int] = set()
         self._sent: dict[int, Outgoing] = {}
         self._failures: list[str] = []
+        self._returned: set[str] = set()
         self._restamps = 0
 
     def connect(self) -> None:
@@ -86,8 +88,14 @@ class ConfirmingPublisher:
             self._pub.events["basic_nack"].add(self._on_nack)
             self._pub.events["basic_return"].add(self._on_return)
             self._info = self._raw.channel()
-            if self.on_connect is not None:
-                self.on_connect(self._kombu)
+            try:
+                if self.on_connect is not None:
+                    self.on_connect(self._kombu)  # the topology, on channels of its own
+            except BROKER_ERRORS as exc:  # a queue someone else declared otherwise: its
+                if topology_conflict(exc) is None:  # bucket is held back by its refusals,
+                    raise  # the others go on (a reconnect loop stalled every bucket)
+                logging.getLogger("recur.scheduler").warning(
+                    "broker refused recur's topology: %s", topology_conflict(exc))
         BROKER_CONNECTIONS.inc()
         self._tag = 0
         self._pending.clear()
@@ -167,6 +175,7 @@ class ConfirmingPublisher:
     def _confirm(self, items: list[Outgoing], out: Published) -> None:
         """Send ``items`` and wait for their confirms; isolate a refused one."""
         self._failures.clear()
+        self._returned.clear()  # routing keys returned unroutable: their queues declared again
         self._sent.clear()
         try:
             self._send(items)
@@ -180,9 +189,10 @@ class ConfirmingPublisher:
             self._isolate(len(items), unconfirmed, exc, out)
             return
         if self._failures:
+            done = declare_again(self._raw.channel, self._returned, settings())
             raise PublishRefused(f"broker refused {len(self._failures)} of {len(items)} "
                                  f"messages: {self._failures[0]}; none of the batch is marked "
-                                 f"dispatched, its rows stay due")
+                                 f"dispatched, its rows stay due{''.join(f'; {d}' for d in done)}")
         self._confirmed(out)
 
     def _confirmed(self, out: Published) -> None:
@@ -283,6 +293,6 @@ class ConfirmingPublisher:
         self._on_ack(tag, multiple)
 
     def _on_return(self, exc: Any, exchange: str, routing_key: str, message: Any) -> None:
+        self._returned.add(routing_key)
         self._failures.append(f"returned unroutable from {exchange!r} with key "
-                              f"{routing_key!r} (no such queue: `recur topology` declares "
-                              f"it): {exc}")
+                              f"{routing_key!r} (no queue bound to it): {exc}")

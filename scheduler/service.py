@@ -15,7 +15,7 @@ from collections.abc import Collection, Mapping
 from types import FrameType
 from typing import Any
 
-from config.errors import ServiceUnavailable
+from config.errors import ServiceUnavailable, StoreError
 from config.settings import Settings
 from routing import tracing
 from routing.broker import check_access
@@ -26,17 +26,23 @@ from scheduler.outages import Backoff
 from scheduler.periodic import entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
 from scheduler.store import DueStore
+from scheduler.store.connection import refused_settings
 
 log = logging.getLogger("recur.scheduler")
 
 
 def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
-    """Open the store, waiting out a database that is down (None if stopped first)."""
+    """Open the store, waiting out a database that is down (None if stopped first); one
+    that refuses the URL's settings is :class:`StoreError` (exit 2), as a broker refusing
+    the credentials is."""
     backoff = Backoff()
     while not stopping.is_set():
         try:
             return DueStore.open(cfg.database_url)
         except ServiceUnavailable as exc:
+            if refused_settings(exc):  # the URL's options, sslmode, credentials: not an outage
+                raise StoreError(f"{exc}: the server refuses this URL's settings, waiting "
+                                 "will not help: fix RECUR_DATABASE_URL") from exc
             wait = backoff.next()
             log.warning("%s; retrying in %.1fs", exc, wait)
             stopping.wait(wait)

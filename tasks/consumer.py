@@ -13,11 +13,14 @@ restarted after a 7 s outage only 5 s later.
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 from celery.utils.log import get_logger
 from celery.worker.consumer import Consumer
 
+from config.errors import EXIT_ERROR, one_line
+from routing.broker import topology_conflict, topology_refused
 from routing.messages import MAX_PAYLOAD_DEPTH, too_deep
 
 log: logging.Logger = get_logger(__name__)
@@ -82,6 +85,22 @@ RECONNECT_WAITS = {"interval_start": 0.5, "interval_step": 0.5, "interval_max": 
 
 class DeadLetteringConsumer(Consumer):  # type: ignore[misc]
     """Celery's consumer, rejecting undecodable messages into the dead-letter queue."""
+
+    def start(self) -> Any:
+        """Celery's consume loop; a declare the broker refuses (a queue of Celery's own past
+        the virtual host's max-queues, a queue someone else declared otherwise meanwhile)
+        ends the worker with one line (exit 2), not Celery's "Unrecoverable error" and
+        traceback: declaring again cannot help."""
+        try:
+            return super().start()
+        except Exception as exc:
+            conflict = topology_conflict(exc)
+            if conflict is None:
+                raise
+            # the process's own stderr: Celery logs what is printed to sys.stderr by now
+            print(f"recur: {one_line(topology_refused(self.app.conf.broker_url, conflict))}",
+                  file=sys.__stderr__, flush=True)
+            raise SystemExit(EXIT_ERROR) from exc
 
     def ensure_connected(self, conn: Any) -> Any:
         """Celery's reconnect loop, with waits of at most 2 s between tries."""

@@ -30,13 +30,13 @@ def check_store_before_consuming(**_: Any) -> None:
     to start, as the scheduler does (one ``recur: ...`` line, exit 2). No store at all (the
     default SQLite file not created) is a WARNING line: a worker that only runs published
     work needs none. A store that cannot be reached is an outage, ridden out run by run."""
-    from config.errors import EXIT_ERROR, SchemaOutOfDate, StoreUnavailable
+    from config.errors import EXIT_ERROR, StoreUnavailable, StoreUnusable
     from scheduler.store.worker_store import check_store_at_start
 
     url = settings().database_url
     try:
         warning = check_store_at_start(url)
-    except SchemaOutOfDate as exc:
+    except StoreUnusable as exc:
         print(f"recur: {exc}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_ERROR) from exc
     except StoreUnavailable as exc:

@@ -41,7 +41,8 @@ PROCESS_MODULES = frozenset({
     "test_jitter_seed", "test_jitter_workers", "test_prometheus_panels",
     "test_tracing_workers", "test_destination_rate", "test_bucket_rate_workers",
     "test_stored_result", "test_fair_share_process",
-    "test_scheduler_idle", "test_bench_quiet"})
+    "test_scheduler_idle", "test_bench_quiet", "test_store_hostile_roles",
+    "test_topology_conflicts"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

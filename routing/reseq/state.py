@@ -25,6 +25,7 @@ from config.settings import Settings
 from routing import redis_client
 from routing.redis_client import EXTEND_LEASE, Script
 from routing.reseq.lease import lease_ms
+from routing.reseq.stored import stored_seq
 
 #: Skip records kept per destination (newest first); the counter counts them all.
 SKIPPED_KEPT = 1000
@@ -189,7 +190,7 @@ class Resequencer:
         script is safe for the lock holder.
         """
         with redis_errors("read its state"):
-            sent = int(self.client.get(self.key(destination, "sent")) or 0)
+            sent = stored_seq(self.client, self.key(destination, "sent"))
             pipe = self.client.pipeline(transaction=False)
             pipe.hget(self.key(destination, "pending"), str(sent + 1))
             pipe.hget(self.key(destination, "buffer"), str(sent + 1))

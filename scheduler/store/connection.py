@@ -39,6 +39,8 @@ KEY_TAKEN = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
 DEADLOCK = psycopg.errors.DeadlockDetected
 #: A statement waited ``lock_timeout`` for a lock (scheduler/store/fill_lock.py).
 LOCK_TIMED_OUT = psycopg.errors.LockNotAvailable
+#: The server ended the session (an InternalError to psycopg): its connection is gone.
+SESSION_ENDED = psycopg.errors.IdleInTransactionSessionTimeout
 #: SQLSTATE classes of a failed connection or server, not of a statement: 08 connection
 #: exception, 53 insufficient resources, 57 operator intervention, 58 system error.
 OUTAGE_CLASSES = ("08", "53", "57", "58")
@@ -146,13 +148,34 @@ def connect_url(url: str, application_name: str) -> psycopg.Connection[Any]:
 def is_outage(exc: BaseException) -> bool:
     """The database cannot be reached (or the connection broke), as opposed to a
     statement that failed on a working connection."""
-    if isinstance(exc, psycopg.OperationalError):
+    if isinstance(exc, psycopg.OperationalError | SESSION_ENDED):
         return True
     loaded = sys.modules.get("sqlalchemy.exc")
     if loaded is None:
         return False
     return isinstance(exc, loaded.OperationalError) or (
-        isinstance(exc, loaded.DBAPIError) and exc.connection_invalidated)
+        isinstance(exc, loaded.DBAPIError) and (exc.connection_invalidated
+                                                or isinstance(exc.orig, SESSION_ENDED)))
+
+
+#: What libpq or the server says of a connection refused for the URL's own settings (its
+#: options, sslmode, credentials), unlike a server that is down, starting or full: waiting
+#: does not help. libpq gives such errors no SQLSTATE, so their text tells them apart.
+REFUSED_SETTINGS = ("requires a value", "unrecognized configuration parameter",
+                    "invalid value for parameter", "server does not support SSL",
+                    "invalid sslmode value", "invalid connection option",
+                    "invalid URI query parameter", "password authentication failed",
+                    "no pg_hba.conf entry")
+
+
+def refused_settings(exc: BaseException) -> bool:
+    """Whether ``exc`` (ours, from a driver error) is a connection refused for the URL's
+    settings (:data:`REFUSED_SETTINGS`), not an outage to wait out."""
+    cause = getattr(exc.__cause__, "orig", exc.__cause__)
+    if not isinstance(cause, psycopg.Error) or cause.sqlstate is not None:
+        return False
+    text = " ".join(str(cause).split())
+    return any(fragment in text for fragment in REFUSED_SETTINGS)
 
 
 def rows_refused(exc: BaseException) -> bool:
@@ -165,15 +188,31 @@ def rows_refused(exc: BaseException) -> bool:
         return True
     cause = getattr(exc.__cause__, "orig", exc.__cause__)
     state = str(getattr(cause, "sqlstate", None) or "")
-    return isinstance(cause, psycopg.Error) and bool(state) and state[:2] not in OUTAGE_CLASSES
+    return (isinstance(cause, psycopg.Error) and not isinstance(cause, SESSION_ENDED)
+            and bool(state) and state[:2] not in OUTAGE_CLASSES)
+
+
+def driver_text(exc: BaseException) -> str:
+    """``exc`` as one line: psycopg's primary message (not the statement it quotes), a
+    SQLAlchemy error as its driver's error and that message, without the statement, its
+    parameters and the background link SQLAlchemy appends (a batch's parameters made a
+    "line" of kilobytes)."""
+    orig = getattr(exc, "orig", None)
+    if isinstance(exc, psycopg.Error):  # its primary message, without "LINE 1: <SQL>"
+        return exc.diag.message_primary or " ".join(str(exc).split())
+    if orig is None or not is_driver_error(exc):
+        return str(exc)
+    cls = type(orig)
+    primary = orig.diag.message_primary if isinstance(orig, psycopg.Error) else None
+    return f"({cls.__module__}.{cls.__name__}) {primary or ' '.join(str(orig).split())}"
 
 
 def translate(exc: BaseException, down: str, failed: str | None = None) -> StoreError:
     """Ours for the driver error ``exc``: StoreUnavailable(``down: exc``) for an outage
     (or for any error when ``failed`` is None), else StoreError(``failed: exc``)."""
     if failed is None or is_outage(exc):
-        return StoreUnavailable(f"{down}: {exc}")
-    return StoreError(f"{failed}: {exc}")
+        return StoreUnavailable(f"{down}: {driver_text(exc)}")
+    return StoreError(f"{failed}: {driver_text(exc)}")
 
 
 @contextmanager

@@ -24,6 +24,7 @@ from scheduler.store import periodic_entries, readings, sweeps
 from scheduler.store.base import StoreCore
 from scheduler.store.connection import make_engine
 from scheduler.store.fair import claim_rows
+from scheduler.store.hot_sql import PUBLISHING
 from scheduler.store.queries import (
     CLAIM_DUE,
     CLAIM_EARLY,
@@ -149,6 +150,7 @@ class DueStore(StoreCore):
             # PostgreSQL: plain psycopg rows, statements compiled once; SQLAlchemy's
             # per-row work was a third of the drain's cost.
             with self._raw.transaction(f"dispatch bucket {bucket}") as run:
+                run(PUBLISHING, {})
                 rows = claim_rows(run, claim, params, dealt and not early)
                 names = self._names_of({code for _, code, *_ in rows})
                 claimed = [Claimed(key, names.get(code, ""), bucket, args, due,

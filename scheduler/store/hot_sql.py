@@ -95,6 +95,19 @@ UPSERT_JOB = _hot(
 # schema_check.current_revision: the revision the database is at (its version table).
 TABLE_EXISTS = _hot("TABLE_EXISTS", "SELECT to_regclass(%(table)s) IS NOT NULL")
 SCHEMA_REVISION = _hot("SCHEMA_REVISION", "SELECT version_num FROM recur_schema_version")
+#: schema_check.no_usable_schema: the schema new tables go to (NULL: the search_path names
+#: none this role can use) and the search_path that named it.
+CURRENT_SCHEMA = _hot("CURRENT_SCHEMA", "SELECT current_schema(), current_setting('search_path')")
+#: A transaction that stays open while the broker confirms what it published (the
+#: dispatch, the dead-lettering of poison jobs): a role's idle_in_transaction_session_timeout
+#: shorter than a publish would end its session, every pass publishing the batch again.
+PUBLISHING = _hot("PUBLISHING", "SET LOCAL idle_in_transaction_session_timeout = 0")
+#: schema_check.unwritable: read-only sessions (a hot standby, default_transaction_read_only)
+#: and whether this role may write due_jobs (has_table_privilege: any of a list, so one each).
+STORE_WRITABLE = _hot(
+    "STORE_WRITABLE", "SELECT current_setting('transaction_read_only'), "
+    "has_table_privilege('due_jobs', 'INSERT') AND has_table_privilege('due_jobs', 'UPDATE') "
+    "AND has_table_privilege('due_jobs', 'DELETE')")
 
 # -- many runs' statements at once (settle_batch.py): written here, no SQLAlchemy twin --
 #: The rows of ``keys`` that exist, as four arrays (one result row: one fetch).

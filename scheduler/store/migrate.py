@@ -46,6 +46,7 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     that names no migration is :class:`InvalidArgument` before anything is opened."""
     cfg = alembic_config()
     _check_revision(cfg, revision)
+    current_revision(engine)  # a search_path naming no usable schema: say so, not alembic
     with translated(f"due-jobs database {engine.url!r}"), engine.begin() as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)

@@ -113,7 +113,9 @@ class RawStatements:
 
         def broken() -> None:
             nonlocal conn
-            if conn is not None:
+            # A statement the server canceled (statement_timeout, lock_timeout) is retried
+            # as an outage, but its connection is sound: kept, and no "connection broke".
+            if conn is not None and (conn.closed or conn.broken):
                 self._discard(conn)
                 conn = None
 

@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from config.errors import SchemaOutOfDate
+from config.errors import SchemaOutOfDate, StoreUnusable
 from scheduler.store.connection import translated
 
 if TYPE_CHECKING:  # SQLAlchemy only where an engine is used: a worker reads head_revision
@@ -44,12 +44,48 @@ def head_revision() -> str:
     return heads.pop()
 
 
+def no_usable_schema(url: str, row: Any) -> StoreUnusable | None:
+    """The error for a PostgreSQL ``search_path`` that names no schema this role can use
+    (``row``: hot_sql.CURRENT_SCHEMA's), else None: without it the store would be told to
+    run `recur db upgrade`, which cannot create its tables there either."""
+    if row is None or row[0] is not None:
+        return None
+    return StoreUnusable(
+        f"due-jobs store {url}: its search_path ({row[1]}) names no schema this role can "
+        "use: the schema does not exist or the role lacks USAGE on it (CREATE SCHEMA, "
+        "GRANT USAGE ON SCHEMA ... TO the role, or fix -csearch_path in the URL's options)")
+
+
+def unwritable(url: str, row: Any) -> StoreUnusable | None:
+    """The error for a store a worker can read but not write (``row``:
+    hot_sql.STORE_WRITABLE's), else None: each run's reschedule would fail and its message
+    be dead-lettered, so the worker refuses to start instead."""
+    read_only, may_write = row
+    if read_only == "on":
+        return StoreUnusable(
+            f"due-jobs store {url} is read-only (a hot standby, or "
+            "default_transaction_read_only = on for the role): every run's reschedule would "
+            "fail: point RECUR_DATABASE_URL at the primary")
+    if not may_write:
+        return StoreUnusable(f"due-jobs store {url}: this role may not INSERT, UPDATE and "
+                               "DELETE on due_jobs: every run's reschedule would fail: GRANT "
+                               "them, or use the role `recur db upgrade` ran as")
+    return None
+
+
 def current_revision(engine: Engine) -> str | None:
-    """The revision the database is at (None before the first upgrade)."""
+    """The revision the database is at (None before the first upgrade); raises
+    :func:`no_usable_schema`'s error instead of None when there is nowhere to upgrade."""
     from sqlalchemy import column, inspect, select, table
+
+    from scheduler.store.hot_sql import CURRENT_SCHEMA
 
     with translated(f"due-jobs database {engine.url!r}"), engine.connect() as conn:
         if not inspect(conn).has_table(VERSION_TABLE):
+            row = (conn.exec_driver_sql(CURRENT_SCHEMA.sql).one()
+                   if engine.dialect.name == "postgresql" else None)
+            if (nowhere := no_usable_schema(repr(engine.url), row)) is not None:
+                raise nowhere
             return None
         query: Any = select(column("version_num")).select_from(table(VERSION_TABLE))
         found = sorted(str(v) for v in conn.execute(query).scalars())  # one: its head

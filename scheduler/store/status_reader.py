@@ -54,11 +54,14 @@ class StatusReader:
         return reader
 
     def check_schema(self) -> None:
-        from scheduler.store.schema_check import VERSION_TABLE, head_revision
+        from scheduler.store.schema_check import VERSION_TABLE, head_revision, no_usable_schema
 
         with translated(f"due-jobs database {self.url}"):
             self._conn = psycopg.connect(self._libpq, autocommit=True)
             present = self._rows(hot_sql.TABLE_EXISTS, {"table": VERSION_TABLE})[0][0]
+            if not present and (nowhere := no_usable_schema(
+                    self.url, self._rows(hot_sql.CURRENT_SCHEMA, {})[0])) is not None:
+                raise nowhere
             found = self._rows(hot_sql.SCHEMA_REVISION, {}) if present else []
             have = ",".join(sorted(str(r[0]) for r in found)) or None
             want = head_revision()

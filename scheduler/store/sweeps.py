@@ -7,6 +7,7 @@ from collections import Counter
 from datetime import datetime
 
 from scheduler.store.base import StoreCore
+from scheduler.store.hot_sql import PUBLISHING
 from scheduler.store.queries import drop_poison, poison_leases, recover_leases
 from scheduler.store.records import DEAD_LETTERED, RECOVERED, Claimed, Publisher, refused_rows
 
@@ -25,6 +26,8 @@ def dead_letter_expired(store: StoreCore, now: datetime, max_attempts: int, limi
     """
     poison = poison_leases(now, max_attempts, limit)
     with store.transaction("dead-letter poison jobs") as conn:
+        if store.dialect == "postgresql":
+            conn.exec_driver_sql(PUBLISHING.sql)
         rows = [Claimed(job_key=r.job_key, task=store.task_name(conn, r.task_id),
                         bucket=r.bucket, args=r.args, due_at=r.due_at, token=r.token,
                         lease_until=r.due_at, attempts=r.attempts)

@@ -80,11 +80,14 @@ class WorkerStore:
     def check_schema(self) -> None:
         """schema_check.py's revision check, on psycopg (a worker does not check the
         seed's indexes: the scheduler refuses to start without them)."""
-        from scheduler.store.schema_check import VERSION_TABLE, head_revision
+        from scheduler.store.schema_check import VERSION_TABLE, head_revision, no_usable_schema
 
         with self._run().transaction("read the schema revision") as run:
             present = run(hot_sql.TABLE_EXISTS, {"table": VERSION_TABLE})[0][0]
             rows = run(hot_sql.SCHEMA_REVISION, {}) if present else []
+            where = None if present else run(hot_sql.CURRENT_SCHEMA, {})[0]
+        if (nowhere := no_usable_schema(self.url, where)) is not None:
+            raise nowhere
         have, want = ",".join(sorted(str(r[0]) for r in rows)) or None, head_revision()
         if have != want:
             raise SchemaOutOfDate(f"due-jobs schema of {self.url} is at revision "
@@ -183,11 +186,11 @@ def get_worker_store(url: str) -> SettleStore:
 
 
 def check_store_at_start(url: str) -> str | None:
-    """Raise SchemaOutOfDate for a store a worker cannot run against (one at another schema
-    revision), StoreUnavailable if it cannot be reached; a warning when there is no store
-    at all (a SQLite file that is not there: a worker that never runs a stored job needs
-    none, and nothing here creates it). Connections are closed again: a prefork pool forks
-    after this."""
+    """Raise StoreUnusable for a store a worker cannot run against (another schema revision,
+    no usable schema, a role that cannot write), StoreUnavailable if it cannot be reached;
+    a warning when there is no store at all (a SQLite file that is not there: a worker
+    that never runs a stored job needs none, and nothing here creates it). Connections are
+    closed again: a prefork pool forks after this."""
     if is_sqlite(url):
         from scheduler.store.core import DueStore
         from scheduler.store.schema_check import check_schema, missing_sqlite_file
@@ -203,9 +206,15 @@ def check_store_at_start(url: str) -> str | None:
         finally:
             store.close()
         return None
+    from scheduler.store.schema_check import unwritable
+
     worker_store = WorkerStore(url)
     try:
         worker_store.check_schema()
+        row, _ = worker_store._run().execute("check the store is writable",
+                                             hot_sql.STORE_WRITABLE, {})
+        if (refused := unwritable(worker_store.url, row)) is not None:
+            raise refused
     finally:
         worker_store.close()
     return None

@@ -16,9 +16,10 @@ from config.errors import LockUnavailable
 from config.settings import Settings
 from scheduler.wire import DISPATCH_HEADER
 from tasks.distlock.held import Held
-from tasks.distlock.job import LockGrant, ParkedJob, Ticket, number_key
+from tasks.distlock.job import LockGrant, Ticket, number_key
 from tasks.distlock.runtime import Runtime, lock_spec_of, task_events_on
 from tasks.distlock.store import Handover
+from tasks.distlock.unreadable import parked_job
 
 log = logging.getLogger("recur.distlock")
 
@@ -47,7 +48,11 @@ def run_inline(rt: Runtime, user: str, handover: Handover, parent: Any, ttl: flo
     """
     from tasks.app import app
 
-    job = ParkedJob.from_json(handover.job)
+    # An entry that is no job is dropped: the next one comes instead.
+    found = parked_job(rt.store, user, handover, rt.cfg)
+    if found is None:
+        return None
+    job, handover = found
     task = app.tasks.get(job.task)
     spec = lock_spec_of(task)
     grant = LockGrant(user, handover.token, handover.seq, handover.fence)

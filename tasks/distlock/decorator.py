@@ -42,6 +42,7 @@ from routing import tracing
 from scheduler.wire import DISPATCH_HEADER, request_header
 from tasks import aio
 from tasks.distlock import job as jobs
+from tasks.distlock.broken import LockRefused
 from tasks.distlock.chain import INLINE, chain_seconds, run_inline
 from tasks.distlock.held import Held, check_budget
 from tasks.distlock.job import LockGrant, ParkedJob, Ticket
@@ -222,7 +223,9 @@ class LockedCall:
             return self.fn(self.task, *self.args, **self.kwargs)
         check_budget(self.rt.cfg, self.job.id, self.user, self.ticket.waited())
         delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
-        jobs.redis_down(self.task.name, self.job.id, self.user, delay, exc)
+        # Redis answered and refused (a key another program wrote): an operator must act.
+        jobs.redis_down(self.task.name, self.job.id, self.user, delay, exc,
+                        logging.ERROR if isinstance(exc, LockRefused) else logging.WARNING)
         self.publish_again(delay, {jobs.SINCE: self.job.since})
 
     def wait_in_broker(self, seq: int) -> NoReturn:

@@ -111,10 +111,15 @@ class ParkedJob:
 
     @classmethod
     def from_json(cls, text: str) -> ParkedJob:
-        raw = json.loads(text)
-        return cls(task=raw["task"], id=raw["id"], args=list(raw["args"]),
-                   kwargs=dict(raw["kwargs"]), since=float(raw["since"]),
-                   headers=dict(raw.get("headers") or {}))
+        """The job parked as ``text``; ValueError when it is not one (not written by
+        recur: malformed JSON, a missing field, a field of the wrong type)."""
+        try:
+            raw = json.loads(text)
+            return cls(task=raw["task"], id=raw["id"], args=list(raw["args"]),
+                       kwargs=dict(raw["kwargs"]), since=float(raw["since"]),
+                       headers=dict(raw.get("headers") or {}))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"{type(exc).__name__}: {exc}") from None
 
 
 def other_headers(request: Any) -> dict[str, Any]:
@@ -180,9 +185,10 @@ def refused(task: str, job_id: str, user: str, seq: int, why: str) -> None:
                 {"duplicate": "it already ran (a second copy)"}.get(why, why))
 
 
-def redis_down(task: str, job_id: str, user: str, delay: float, error: Exception) -> None:
+def redis_down(task: str, job_id: str, user: str, delay: float, error: Exception,
+               level: int = logging.WARNING) -> None:
     EVENTS.labels("redis_down", task).inc()
-    log.warning("not run: lock of user %s unavailable for job %s (%s): %s; "
+    log.log(level, "not run: lock of user %s unavailable for job %s (%s): %s; "
                 "re-enqueued in %.1fs (fail closed)", user, job_id, task, error, delay)
 
 

@@ -42,8 +42,12 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- An event counter. One another program overwrote (not an integer, at the 64-bit
+-- limit, or stats not a hash) starts again from this event or is left alone: a
+-- statistic never stops a job (a failed write here would fail every user's calls).
 local function count(event, n)
-  redis.call('HINCRBY', KEYS[9], event, n or 1)
+  local done = redis.pcall('HINCRBY', KEYS[9], event, n or 1)
+  if type(done) == 'table' and done.err then redis.pcall('HSET', KEYS[9], event, n or 1) end
 end
 
 -- Keep the user's line (mark, wait) for `keep` ms from now; skipped and ids get
@@ -51,6 +55,15 @@ end
 local function keep(keep_ms)
   redis.call('PEXPIRE', KEYS[2], keep_ms)
   redis.call('PEXPIRE', KEYS[3], keep_ms)
+end
+
+-- The lock is held without an expiry (PERSIST, or a key another program wrote): a
+-- holder that crashed would keep it forever. It gets one lease, as if just taken: a
+-- live holder's watchdog extends it, a dead one's lapses. Returns the lease (ms).
+local function lease(ttl)
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  count('lease_restored')
+  return ttl
 end
 
 local function marks()
@@ -221,6 +234,7 @@ local function acquire()
     return '6 ' .. seq .. ' 0'
   end
   local pttl, now = redis.call('PTTL', KEYS[1]), now_ms()
+  if pttl == -1 then pttl = lease(ttl) end
   local deadline
   if pttl > 0 then
     count('busy')
@@ -269,6 +283,7 @@ end
 local function wake()
   local now = now_ms()
   local pttl = redis.call('PTTL', KEYS[1])
+  if pttl == -1 then pttl = lease(tonumber(ARGV[2])) end
   if pttl > 0 then
     redis.call('ZADD', KEYS[7], now + pttl, ARGV[1])
     return 0

@@ -4,11 +4,11 @@ hooks that tie the lock to Celery.
 * The *watchdog* extends every lease this process holds, every third of its TTL,
   so a task longer than the TTL keeps its lock. It never publishes, so a slow
   broker cannot delay an extension.
-* The *reaper* retries releases that failed while Redis was down, and looks at
-  the users whose wake time came (a lease expired with jobs parked behind it, a
-  published handover that never arrived, a gap): one query per interval per
-  process, never one per parked job. It hands such a user's next job over
-  through the broker.
+* The *reaper* retries releases that failed while Redis was down, and looks at the users
+  whose wake time came (a lease expired with jobs parked behind it, a published handover
+  that never arrived, a gap): one query per interval per process, never one per parked
+  job. It hands such a user's next job over through the broker. A user whose keys Redis
+  refuses (another program wrote them) holds up neither thread for the other users.
 * ``MessageTask.apply_async`` numbers each locked job it publishes from one
   global counter (:func:`numbered_at_submit`), so numbers are never reused, and
   refuses one whose user already has RECUR_LOCK_MAX_PARKED jobs in line
@@ -37,6 +37,7 @@ from config import signing
 from config.errors import LockLineFull, LockUnavailable
 from config.settings import Settings, settings
 from routing.redis_client import get_redis
+from tasks.distlock import broken, unreadable
 from tasks.distlock import job as jobs
 from tasks.distlock.store import KEEP_MARGIN, Handover, LockStore, Outcome
 
@@ -122,7 +123,12 @@ class LeaseKeeper:
             due = [lease for lease in self._leases.values() if not lease.lost
                    and time.monotonic() - lease.extended_at >= lease.ttl / 3]
         for lease in due:
-            if self.store.extend(lease.user, lease.token, lease.ttl):
+            try:
+                held = self.store.extend(lease.user, lease.token, lease.ttl)
+            except broken.LockRefused as exc:  # a key another program wrote: this one is lost
+                log.error("lock keeper: %s", exc)
+                held = False
+            if held:
                 lease.extended_at = time.monotonic()
             else:
                 lease.lost = True
@@ -137,6 +143,10 @@ class LeaseKeeper:
                 _, handover = self.store.release(item.user, item.token, item.seq, item.outcome,
                                                  self.cfg.lock_ttl, self.cfg.lock_gap_timeout,
                                                  item.task_id)
+            except broken.LockRefused as exc:  # this user's keys: the other users go on
+                log.error("lock keeper: %s; tried again next interval", exc)
+                self.retry_release_later(item)
+                continue
             except LockUnavailable:
                 with self._guard:
                     self._pending[:0] = pending[i:]
@@ -145,7 +155,12 @@ class LeaseKeeper:
             if handover is not None:
                 publish_handover(item.user, handover)
         for user in self.store.due_users():
-            handover = self.store.wake(user, self.cfg.lock_ttl, self.cfg.lock_gap_timeout)
+            try:
+                handover = self.store.wake(user, self.cfg.lock_ttl, self.cfg.lock_gap_timeout)
+            except broken.LockRefused as exc:  # this user's keys: look again after a lease
+                log.error("reaper: %s; looked at again after a lease", exc)
+                self.store.look_again(user, self.cfg.lock_ttl)
+                continue
             if handover is not None:
                 log.info("reaper: lock of user %s is free with job #%d next; publishing it",
                          user, handover.seq)
@@ -178,7 +193,10 @@ def publish_handover(user: str, handover: Handover) -> None:
     """Publish a parked job whose turn came; its copy takes the free lock on arrival."""
     from tasks.app import app
 
-    job = jobs.ParkedJob.from_json(handover.job)
+    found = unreadable.parked_job(runtime().store, user, handover, runtime().cfg)
+    if found is None:  # an entry that is no job is dropped, and the next taken: none left
+        return
+    job, handover = found
     ticket = jobs.Ticket(seq=handover.seq, since=job.since)
     try:
         app.send_task(job.task, args=job.args, kwargs=job.kwargs, task_id=job.id,

@@ -16,6 +16,7 @@ import redis
 from config import keys
 from config.errors import LockLineFull, LockUnavailable
 from routing.redis_client import EXTEND_LEASE, Script, redis_errors
+from tasks.distlock.broken import refusal
 
 Outcome = Literal["done", "failed", "retry", "again"]
 #: acquire's answers (lock.lua): parked, acquired, duplicate, passed over, too old,
@@ -75,8 +76,13 @@ class LockStore:
         return _script_keys(self.prefix, user)[:len(keys.LOCK_PARTS)]
 
     def _run(self, name: str, user: str, args: tuple[Any, ...], what: str) -> Any:
+        encoded = _encoded_keys(self.prefix, user)
         with redis_errors("cannot %s the lock of user %r", what, user, error=LockUnavailable):
-            return self.scripts[name](self.client, _encoded_keys(self.prefix, user), *args)
+            try:
+                return self.scripts[name](self.client, encoded, *args)
+            except redis.ResponseError as exc:  # Redis answered: this call's keys (or OOM)
+                raise refusal(self.client, encoded, f"cannot {what} the lock of user "
+                              f"{user!r}", exc) from exc
 
     def submit(self, user: str) -> int:
         """Number a newly published job of ``user`` (one global sequence); LockLineFull
@@ -129,14 +135,16 @@ class LockStore:
 
     def look_again(self, user: str, seconds: float) -> None:
         """Have a reaper look at ``user`` again in ``seconds`` (a handover not published)."""
-        with redis_errors("cannot write the lock wake list", error=LockUnavailable):
+        with redis_errors("cannot write the lock wake list %s", keys.lock_wake(self.prefix),
+                          error=LockUnavailable):
             seconds_now, micros = self.client.time()
             due = seconds_now * 1000 + micros // 1000 + _ms(seconds)
             self.client.zadd(keys.lock_wake(self.prefix), {user: due})
 
     def due_users(self, limit: int = 100) -> list[str]:
         """Users whose wake time has come (by Redis's clock)."""
-        with redis_errors("cannot read the lock wake list", error=LockUnavailable):
+        with redis_errors("cannot read the lock wake list %s", keys.lock_wake(self.prefix),
+                          error=LockUnavailable):
             seconds, micros = self.client.time()
             now_ms = seconds * 1000 + micros // 1000
             users = self.client.zrangebyscore(keys.lock_wake(self.prefix), "-inf", now_ms,

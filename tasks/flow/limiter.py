@@ -23,6 +23,11 @@ from routing.redis_client import GCRA, POOL_WAIT, redis_errors
 from tasks.flow.rates import Rate
 
 
+class LimitRefused(ServiceUnavailable):
+    """Redis answered but refused the limit's call (a key another program wrote, or Redis
+    out of memory): an operator must act; the job waits in the broker meanwhile."""
+
+
 @dataclass(frozen=True)
 class Decision:
     """A job may start now, or must wait ``wait`` seconds for the slot it holds."""
@@ -47,12 +52,45 @@ def take(client: redis.Redis, prefix: str, key: str, job: str, bucket: str,
     job is ``line_grace`` seconds (default LINE_GRACE_MS) past its slot."""
     hashed = keys.rate_limit(prefix, key)
     with redis_errors("rate limit of %s", key, error=ServiceUnavailable):
-        allowed, wait_ms, reserved = evalsha(
-            client, hashed, keys.rate_stats(prefix), hashed + ":line",
-            repr(rate.interval_ms), rate.burst, job, bucket, mode, repr(near * 1000.0),
-            repr(forgive * 1000.0),
-            LINE_GRACE_MS if line_grace is None else repr(line_grace * 1000.0))
+        try:
+            allowed, wait_ms, reserved = evalsha(
+                client, hashed, keys.rate_stats(prefix), hashed + ":line",
+                repr(rate.interval_ms), rate.burst, job, bucket, mode, repr(near * 1000.0),
+                repr(forgive * 1000.0),
+                LINE_GRACE_MS if line_grace is None else repr(line_grace * 1000.0))
+        except redis.ResponseError as exc:  # Redis answered: say which key is not ours
+            said = str(exc).split(" script: ")[0]
+            raise LimitRefused(f"Redis: rate limit of {key}: {said}"
+                               f"{wrong_state(client, hashed)}") from exc
     return Decision(bool(allowed), int(wait_ms) / 1000.0, bool(reserved))
+
+
+#: The limited key's fields that hold times (ms): numbers a clock can reach.
+TIMES = ("plan", "run", "late")
+
+
+def wrong_state(client: redis.Redis, hashed: str) -> str:
+    """'; key K is a T, where the limit keeps a U' (or a time field holding garbage) when
+    another program wrote one of the limit's keys, else ''. Only on an error's path."""
+    try:
+        for key, kind in ((hashed, "hash"), (hashed + ":line", "zset")):
+            found = str(client.type(key))
+            if found not in ("none", kind):
+                return f"; key {key} is a {found}, where the limit keeps a {kind}"
+        for name, value in zip(TIMES, client.hmget(hashed, TIMES), strict=True):
+            if value is not None and not _time(value):
+                return (f"; key {hashed} field {name} holds {value!r:.40}, not a time (ms): "
+                        f"another program wrote it (delete the key to reset the limit)")
+    except redis.RedisError:
+        pass  # best effort: the call's own error is reported
+    return ""
+
+
+def _time(value: Any) -> bool:
+    try:
+        return 0 <= float(value) < 2**53
+    except ValueError:
+        return False
 
 
 def evalsha(client: redis.Redis, *keys_then_args: Any) -> Any:

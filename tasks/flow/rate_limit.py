@@ -123,9 +123,10 @@ class LimitedCall:
         except ServiceUnavailable as exc:
             delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
             where = send_back(self.task, self.args, self.kwargs, self.job, delay)
-            log.warning("not run: rate limit of key %s unavailable for job %s (%s): %s; "
-                        "back in the %s for %.1fs (fail closed)", self.key, self.job,
-                        self.task.name, exc, where, delay)
+            log.log(logging.ERROR if isinstance(exc, limiter.LimitRefused) else logging.WARNING,
+                    "not run: rate limit of key %s unavailable for job %s (%s): %s; "
+                    "back in the %s for %.1fs (fail closed)", self.key, self.job,
+                    self.task.name, exc, where, delay)
             return f"{DEFERRED_RESULT} key={self.key} redis-down"
         if decision.allowed:
             return None

@@ -175,3 +175,27 @@ def test_strict_is_a_switch(raw: str, value: bool) -> None:
 def test_strict_refuses_anything_else(raw: str) -> None:
     with pytest.raises(ConfigError, match="RECUR_STRICT"):
         load_settings({"RECUR_STRICT": raw})
+
+
+DLX = {"x-dead-letter-exchange": "recur.dead", "x-delivery-limit": 4}
+
+
+@pytest.mark.parametrize(("found", "said"), [
+    ({"arguments": {**DLX, "x-dead-letter-exchange": "elsewhere"}},
+     "short has x-dead-letter-exchange 'elsewhere', recur declares 'recur.dead'"),
+    ({"arguments": {"x-delivery-limit": 4}},
+     "short has x-dead-letter-exchange 'none', recur declares 'recur.dead'"),
+    ({"arguments": {**DLX, "x-max-length": 10}},
+     "short has x-max-length 10, recur declares 'none'"),
+    ({"durable": False}, "short is not durable, recur declares it durable"),
+    ({"auto_delete": True}, "short is auto-delete, recur declares it not auto-delete"),
+    ({"exclusive": True}, "short is exclusive, recur declares it not exclusive"),
+])
+def test_every_argument_and_flag_the_broker_compares_is_compared(found: dict[str, object],
+                                                                  said: str) -> None:
+    """A queue the broker would refuse recur's declare of (406) is never "ok": before, the
+    management API's listing was compared by type and delivery limit only."""
+    listed = {"type": "quorum", "durable": True, "auto_delete": False, "exclusive": False,
+              "arguments": DLX, **found}
+    wanted = {"x-queue-type": "quorum", **DLX}
+    assert doctor_rabbit.differences("short", wanted, listed) == [said]

@@ -18,11 +18,21 @@
 --
 -- Returns 'ok', 'not-owner' (the sender lost its lock: stop), 'out-of-step' (seq is
 -- not the next one) or 'arrived' (the gap filled just now: send it instead).
+-- A counter another program overwrote (not an integer, or the hash not a hash) starts
+-- again from this call or is left alone: a statistic never stops a send.
+local function count(key, field, by)
+  local done = redis.pcall('HINCRBY', key, field, by)
+  if type(done) == 'table' and done.err then redis.pcall('HSET', key, field, by) end
+end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 'not-owner'
 end
 local seq = tonumber(ARGV[2])
 local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
+if not sent then  -- not recur's value: say which key
+  return redis.error_reply('key ' .. KEYS[2]
+    .. ' holds no sequence number: another program wrote it')
+end
 if seq ~= sent + 1 then
   return 'out-of-step'
 end
@@ -35,13 +45,13 @@ redis.call('HDEL', KEYS[4], seq)
 if ARGV[3] == 'skipped' then
   redis.call('LPUSH', KEYS[5], ARGV[4])
   redis.call('LTRIM', KEYS[5], 0, tonumber(ARGV[5]) - 1)
-  redis.call('HINCRBY', KEYS[6], 'skipped', 1)
+  count(KEYS[6], 'skipped', 1)
 elseif ARGV[3] == 'dead' then
-  redis.call('HINCRBY', KEYS[6], 'dead', 1)
+  count(KEYS[6], 'dead', 1)
   if ARGV[7] and ARGV[7] ~= '' then
-    redis.call('HINCRBY', KEYS[6], 'refused:' .. ARGV[7], 1)
+    count(KEYS[6], 'refused:' .. ARGV[7], 1)
   end
 else
-  redis.call('HINCRBY', KEYS[6], 'sent', 1)
+  count(KEYS[6], 'sent', 1)
 end
 return 'ok'

@@ -15,11 +15,21 @@
 --         'kick'   no sender runs and there is work for one: start a sender now;
 --         'queued' buffered; the running or scheduled sender will take it.
 -- A second deposit of one seq (a redelivered task) keeps the first entry (HSETNX).
+-- A counter another program overwrote (not an integer, or the hash not a hash) starts
+-- again from this call or is left alone: a statistic never stops a send.
+local function count(key, field, by)
+  local done = redis.pcall('HINCRBY', key, field, by)
+  if type(done) == 'table' and done.err then redis.pcall('HSET', key, field, by) end
+end
 local seq = tonumber(ARGV[1])
 local sent = tonumber(redis.call('GET', KEYS[1]) or '0')
+if not sent then  -- not recur's value: say which key
+  return redis.error_reply('key ' .. KEYS[1]
+    .. ' holds no sequence number: another program wrote it')
+end
 if seq <= sent or redis.call('HEXISTS', KEYS[2], seq) == 0 then
   if ARGV[3] == '1' then
-    redis.call('HINCRBY', KEYS[6], 'late', 1)
+    count(KEYS[6], 'late', 1)
   end
   return 'late'
 end

@@ -16,7 +16,12 @@ if held + n > tonumber(ARGV[1]) then
 end
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local last = redis.call('INCRBY', KEYS[1], n)
+local last = redis.pcall('INCRBY', KEYS[1], n)
+if type(last) == 'table' then  -- out of memory, or not recur's value: say which key
+  if string.find(last.err, 'OOM', 1, true) then return last end
+  return redis.error_reply('key ' .. KEYS[1] .. ' holds no sequence number: another '
+                           .. 'program wrote it (' .. last.err .. ')')
+end
 local first = last - n + 1
 for i = 1, n do
   redis.call('HSET', KEYS[2], first + i - 1, cjson.encode({t = now_ms, id = ARGV[i + 1]}))

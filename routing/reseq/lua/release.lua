@@ -18,6 +18,10 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 if ARGV[3] ~= '1' then
   local sent = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if not sent then  -- not recur's value: say which key
+    return redis.error_reply('key ' .. KEYS[2]
+    .. ' holds no sequence number: another program wrote it')
+  end
   local more = redis.call('HEXISTS', KEYS[3], sent + 1) == 1
   if not more and redis.call('HLEN', KEYS[3]) > 0 then
     local now = redis.call('TIME')

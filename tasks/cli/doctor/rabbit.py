@@ -20,7 +20,7 @@ import urllib.request
 from typing import Any
 from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
-from amqp.exceptions import NotFound, PreconditionFailed
+from amqp.exceptions import NotFound, PreconditionFailed, ResourceLocked
 from kombu import Connection, Queue
 
 from config.errors import BrokerUnavailable
@@ -114,7 +114,8 @@ def from_management(api: str, vhost: str,
                     queues: dict[str, Queue]) -> tuple[list[str], list[str]]:
     """(problems, missing queues) as the management API lists the vhost's queues."""
     listed = {q["name"]: q for q in management_get(api, f"queues/{quote(vhost, safe='')}"
-                                                   "?columns=name,type,arguments,"
+                                                   "?columns=name,type,arguments,durable,"
+                                                   "auto_delete,exclusive,"
                                                    "effective_policy_definition")}
     problems, missing = [], []
     for name, queue in queues.items():
@@ -137,7 +138,24 @@ def differences(name: str, wanted: dict[str, Any], found: dict[str, Any]) -> lis
     if want_limit is not None and have_limit != want_limit:
         out.append(f"{name} has delivery limit {have_limit if have_limit is not None else 'none'}"
                    f", recur declares {want_limit}")
+    for key in sorted(set(wanted) | (set(args) & CHECKED_ARGUMENTS)):
+        if key not in ("x-queue-type", "x-delivery-limit") and args.get(key) != wanted.get(key):
+            out.append(f"{name} has {key} {args.get(key, 'none')!r}, recur declares "
+                       f"{wanted.get(key, 'none')!r}")
+    for flag, recurs in (("durable", True), ("auto_delete", False), ("exclusive", False)):
+        if found.get(flag, recurs) != recurs:
+            out.append(f"{name} is {'' if found.get(flag) else 'not '}{flag.replace('_', '-')}"
+                       f", recur declares it {'' if recurs else 'not '}{flag.replace('_', '-')}")
     return out
+
+
+#: Queue arguments recur never declares that the broker compares on a redeclare (one set by
+#: someone else makes it refuse every declare of recur's: 406 PRECONDITION_FAILED).
+CHECKED_ARGUMENTS = frozenset({
+    "x-max-length", "x-max-length-bytes", "x-message-ttl", "x-expires", "x-overflow",
+    "x-max-priority", "x-single-active-consumer", "x-queue-mode", "x-dead-letter-exchange",
+    "x-dead-letter-routing-key", "x-delivery-limit", "x-max-in-memory-length",
+    "x-max-in-memory-bytes"})
 
 
 def management_get(api: str, path: str) -> Any:
@@ -173,6 +191,9 @@ def by_redeclaring(conn: Connection, queues: dict[str, Queue]) -> tuple[list[str
                 channel.queue_declare(queue=name, passive=True)
             except NotFound:
                 missing.append(name)
+                continue
+            except ResourceLocked as exc:  # 405: an exclusive queue of another connection
+                problems.append(str(exc.reply_text).split(" - ", 1)[-1])
                 continue
         with conn.channel() as channel:
             try:

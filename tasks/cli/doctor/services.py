@@ -13,7 +13,7 @@ from typing import Any
 import redis
 from sqlalchemy import Connection, Engine
 
-from config.errors import SchemaOutOfDate, StoreUnavailable
+from config.errors import StoreUnavailable, StoreUnusable
 from config.redact import masked
 from config.settings import Settings
 from routing.redis_check import Finding, check_client, findings
@@ -105,7 +105,7 @@ def schema_check(engine: Engine) -> Check:
 
     try:
         check_schema(engine)
-    except SchemaOutOfDate as exc:
+    except StoreUnusable as exc:
         return fail("schema", str(exc))
     return ok("schema", f"at revision {head_revision()}, this code's newest")
 
@@ -115,7 +115,8 @@ def postgres_checks(conn: Connection) -> list[Check]:
     def show(name: str) -> str:
         return server_setting(conn, name)
 
-    found = [synchronous_commit(show("synchronous_commit"))]
+    found = [writable(show("transaction_read_only")),
+             synchronous_commit(show("synchronous_commit"))]
     autovacuum = show("autovacuum")
     if autovacuum != "on":
         found.append(warn("postgres autovacuum", f"is {autovacuum}: every run of a job writes "
@@ -128,6 +129,18 @@ def postgres_checks(conn: Connection) -> list[Check]:
     else:
         found.append(tables_vacuumed(conn))
     return found
+
+
+def writable(read_only: str) -> Check:
+    """A read-only session (a hot standby's URL, default_transaction_read_only) reads fine
+    but stops the scheduler at its first write and fails every run's reschedule."""
+    if read_only == "on":
+        return fail("postgres writable", "no: this role's sessions are read-only (a hot "
+                    "standby, or default_transaction_read_only = on): the scheduler, the "
+                    "workers' reschedules and `recur db upgrade` cannot write. Point "
+                    "RECUR_DATABASE_URL at the primary, or ALTER ROLE ... RESET "
+                    "default_transaction_read_only")
+    return ok("postgres writable", "yes: sessions are read-write")
 
 
 def synchronous_commit(value: str) -> Check:
