@@ -19,6 +19,7 @@ from typing import Any
 import amqp
 import pytest
 
+from config.errors import one_line
 from tests.support import services
 from tests.support.processes import recur_argv
 
@@ -96,7 +97,13 @@ def assert_one_line(result: subprocess.CompletedProcess[str], names: str) -> Non
     assert "refused recur's topology" in last and names in last, last
 
 
-@pytest.mark.parametrize("case", list(CASES))
+#: One case of each refusal the broker gives (another argument, a locked queue, an exchange
+#: of another type) through the processes; every case goes through the same check
+#: (routing/broker.py), held to each of CASES in one process below.
+START_CASES = ["other dead-letter exchange", "exclusive dead-letter queue", "direct task exchange"]
+
+
+@pytest.mark.parametrize("case", START_CASES)
 def test_scheduler_start_is_one_line(vhost: str, tmp_path: Path, case: str) -> None:
     declare, names = CASES[case]
     conn, ch = channel(vhost)  # held open: an exclusive queue lives as long as it
@@ -107,6 +114,36 @@ def test_scheduler_start_is_one_line(vhost: str, tmp_path: Path, case: str) -> N
                         names)
     finally:
         conn.close()
+
+
+def test_every_conflict_is_one_line_naming_what_differs(vhost: str) -> None:
+    """check_access, as every process's start runs it, on each of CASES in turn (one vhost:
+    each case's foreign queue or exchange deleted again before the next)."""
+    from config.errors import ServiceRefused
+    from config.settings import load_settings
+    from routing.broker import check_access
+    from routing.queues import declare_topology
+
+    url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
+    cfg = load_settings({**services.test_environment(), "RECUR_BROKER_URL": url})
+    for case, (declare, names) in CASES.items():
+        conn, ch = channel(vhost)
+        try:
+            declare(ch)
+            with pytest.raises(ServiceRefused) as refused:
+                check_access(url, lambda c: declare_topology(c, cfg))
+            line = one_line(refused.value) or ""
+            assert "refused recur's topology" in line and names in line, (case, line)
+            assert "\n" not in line and "amqp://guest:***@" in line, (case, line)
+        finally:
+            conn.close()
+        conn, ch = channel(vhost)
+        try:  # the case's queues and exchanges gone, recur's own too: a clean vhost
+            for name in ("short", "short.dead", "medium.dead", "long"):
+                ch.queue_delete(name)
+            ch.exchange_delete("recur.tasks")
+        finally:
+            conn.close()
 
 
 @pytest.mark.parametrize("argv", [["worker", "short"], ["celery"]])
