@@ -115,7 +115,8 @@ class RawStatements:
             nonlocal conn
             # A statement the server canceled (statement_timeout, lock_timeout) is retried
             # as an outage, but its connection is sound: kept, and no "connection broke".
-            if conn is not None and (conn.closed or conn.broken):
+            if conn is not None and (conn.closed or conn.broken or conn.info.transaction_status
+                                     != psycopg.pq.TransactionStatus.IDLE):
                 self._discard(conn)
                 conn = None
 
