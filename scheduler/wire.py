@@ -34,6 +34,7 @@ from typing import Any
 from config import signing
 from config.errors import InvalidControlHeader, InvalidMessage
 from config.settings import settings
+from config.text import brief
 from routing.request_headers import DISPATCH_HEADER as DISPATCH_HEADER
 from routing.request_headers import request_header as request_header
 
@@ -111,11 +112,11 @@ def parse_dispatch(value: Any) -> Dispatch | None:
         return None
     if not isinstance(value, list | tuple) or len(value) not in (3, 4):
         raise InvalidControlHeader(DISPATCH_HEADER, f"must be [job key, token, lease, due], "
-                                   f"got {value!r:.80}")
+                                   f"got {brief(value, 80)}")
     key, token, lease, *rest = value
     if not isinstance(key, str) or not key:
         raise InvalidControlHeader(DISPATCH_HEADER, f"the job key must be a non-empty "
-                                   f"string, got {key!r:.80}")
+                                   f"string, got {brief(key, 80)}")
     if lease is None:
         raise InvalidControlHeader(DISPATCH_HEADER, "it carries no lease stamp, and a token "
                                    "alone can repeat: it would match any lease")
@@ -128,7 +129,7 @@ def _stamp(value: Any, what: str) -> int:
     """A whole number of a dispatch header (InvalidControlHeader if not one)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidControlHeader(DISPATCH_HEADER, f"the {what} must be a whole number, "
-                                   f"got {value!r:.40}")
+                                   f"got {brief(value, 40)}")
     return value
 
 

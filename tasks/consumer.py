@@ -13,6 +13,7 @@ restarted after a 7 s outage only 5 s later.
 from __future__ import annotations
 
 import logging
+import math
 import sys
 from typing import Any
 
@@ -44,6 +45,9 @@ def shape_problem(message: Any) -> str | None:
     headers = getattr(message, "headers", None)
     if not isinstance(headers, dict) or "task" not in headers:
         return None  # protocol 1 or no task: Celery's own handling
+    problem = header_problem(headers)
+    if problem is not None:
+        return problem
     try:
         body = message.decode()
     except Exception:  # Celery's decode-error path (on_decode_error) takes it
@@ -62,6 +66,41 @@ def shape_problem(message: Any) -> str | None:
                                             or too_deep(kwargs, BODY_DEPTH)):
         return f"the body nests more than {BODY_DEPTH} levels deep"
     return None
+
+
+#: Celery's headers that name a task or message: a string, or absent.
+ID_HEADERS = ("task", "id", "root_id", "parent_id", "group", "shadow")
+
+
+def header_problem(headers: dict[str, Any]) -> str | None:
+    """Which Celery header has a type Celery does not check, or None. A ``timelimit`` of
+    strings reaches the pool's timer in the main process and stops the whole worker
+    ("Unrecoverable error"); a ``retries`` or id of the wrong type fails the task or its
+    result later, far from the header. (``eta``/``expires`` Celery refuses itself.)"""
+    for name in ID_HEADERS:
+        value = headers.get(name)
+        if value is not None and not isinstance(value, str):
+            return f"header {name}: must be a string, got {type(value).__name__}"
+    retries = headers.get("retries")
+    if retries is not None and not (_whole(retries) and retries >= 0):
+        return f"header retries: must be a whole number >= 0, got {retries!r:.40}"
+    limits = headers.get("timelimit")
+    if limits is None:
+        return None
+    if (not isinstance(limits, list | tuple) or len(limits) != 2
+            or not all(limit is None or _seconds(limit) for limit in limits)):
+        return (f"header timelimit: must be [hard, soft] seconds (each a finite number >= 0 "
+                f"or null), got {limits!r:.60}")
+    return None
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _seconds(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
 
 
 #: Deepest nesting of a body's args or kwargs (a message's payload limit and its envelope).

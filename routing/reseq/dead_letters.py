@@ -83,7 +83,8 @@ class DeadLetter:
                        status=None if doc.get("status") is None else int(doc["status"]),
                        at=float(doc.get("at") or 0), message=doc.get("message"),
                        step=doc.get("step"), result=doc.get("result"))
-        except (ValueError, TypeError, KeyError, OverflowError) as exc:  # "seq": 1e999
+        except (ValueError, TypeError, KeyError, OverflowError,  # "seq": 1e999
+                RecursionError) as exc:  # a body nested a thousand deep
             return cls(destination, 0, "", f"unreadable dead letter ({exc}): {raw[:200]!r}",
                        None, 0.0)
 
@@ -158,10 +159,11 @@ def list_letters(conn: Connection, destination: str, limit: int = 100) -> list[D
         return []
     found: dict[tuple[int, str], DeadLetter] = {}
     with conn.channel() as channel:
-        for raw in peek(channel, name, limit):
+        for n, raw in enumerate(peek(channel, name, limit)):
             one = DeadLetter.from_body(destination, raw.body)
-            seen = found.get(one.key)
-            found[one.key] = replace(one, copies=seen.copies + 1) if seen else one
+            key = one.key if one.seq else (0, f"#{n}")  # each unreadable letter shown
+            seen = found.get(key)
+            found[key] = replace(one, copies=seen.copies + 1) if seen else one
     return sorted(found.values(), key=lambda d: d.seq)
 
 

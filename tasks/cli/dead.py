@@ -58,7 +58,7 @@ def dead_list(bucket: Bucket, limit: int, as_json: bool, destination: str | None
         if as_json:
             click.echo(json.dumps(d.__dict__, default=str))
         else:
-            click.echo(f"{d.task_id} {d.task} reason={d.reason} from={d.from_queue} "
+            click.echo(f"{d.task_id or '-'} {d.task or '-'} reason={d.reason} from={d.from_queue} "
                        f"error={d.error or '-'} message={json.dumps(d.args, default=str)}")
     aside = (print_set_aside(bucket.name, limit, as_json, missing_ok=True)
              if bucket.name in bucket_table().by_name else 0)
@@ -93,7 +93,11 @@ def dead_replay(bucket: Bucket, limit: int, destination: str | None, store: bool
     from tasks.broker_ops import broker_connection
 
     with broker_connection(app) as conn:
-        click.echo(f"replayed {replay_dead(conn, bucket, limit)} message(s) to {bucket.queue}")
+        left: list[tuple[str, str]] = []
+        moved = replay_dead(conn, bucket, limit, lambda task: task in app.tasks, left)
+    for task_id, why in left:
+        click.echo(f"left {task_id} in {bucket.dead_queue}: {why}")
+    click.echo(f"replayed {moved} message(s) to {bucket.queue}")
 
 
 def _one_view(store: bool, destination: str | None) -> None:

@@ -33,12 +33,14 @@ def check_choice(bucket: Any, destination: str | None) -> None:
 
 
 def line_of(dead: Any) -> str:
-    """One dead letter on one line."""
+    """One dead letter on one line, each field escaped and cut (--json has them whole)."""
+    from routing.deadletter import shown
+
     at = datetime.fromtimestamp(dead.at, UTC).isoformat(timespec="seconds") if dead.at else "-"
     copies = f" copies={dead.copies}" if dead.copies > 1 else ""
-    return (f"seq={dead.seq} id={dead.id} status={dead.status or '-'} at={at}{copies} "
-            f"reason={json.dumps(dead.reason)} "
-            f"message={json.dumps(dead.message, default=str, separators=(',', ':'))}")
+    message = json.dumps(dead.message, default=str, separators=(",", ":"))
+    return (f"seq={dead.seq} id={shown(dead.id) or '-'} status={dead.status or '-'} at={at}"
+            f"{copies} reason={shown(json.dumps(dead.reason))} message={shown(message)}")
 
 
 def show(destination: str, limit: int, as_json: bool) -> None:
@@ -58,7 +60,7 @@ def show(destination: str, limit: int, as_json: bool) -> None:
 
 def replay(destination: str, limit: int) -> None:
     """Submit up to ``limit`` dead letters of ``destination`` again, as new arrivals."""
-    from routing.deadletter import check_limit
+    from routing.deadletter import check_limit, shown
     from routing.reseq.dead_letters import replay as replay_letters
     from routing.reseq.intake import submit
     from tasks.app import app
@@ -73,12 +75,13 @@ def replay(destination: str, limit: int) -> None:
     with broker_connection(app) as conn:
         done = replay_letters(conn, destination, resubmit, limit)
     for old, new, message_id in done.submitted:
-        click.echo(f"seq {old} (message {message_id}) submitted again as seq {new}")
+        click.echo(f"seq {old} (message {shown(message_id)}) submitted again as seq {new}")
     click.echo(f"replayed {len(done.submitted)} message(s) to destination {destination} as "
                f"new arrivals" + (f" ({done.repeats} repeated record(s) dropped)"
                                   if done.repeats else ""))
     for dead, why in done.left:
-        click.echo(f"left seq {dead.seq} (message {dead.id or '?'}) in the dead letter: {why}")
+        click.echo(f"left seq {dead.seq} (message {shown(dead.id or '?')}) in the dead letter: "
+                   f"{shown(why)}")
     if done.stopped:
         raise ResequencerFull(f"stopped: {done.stopped}; the rest stay in the dead letter")
 

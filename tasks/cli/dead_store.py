@@ -86,9 +86,10 @@ def line_of(row: Any) -> str:
     at = row.set_at.isoformat(timespec="seconds")
     message = message_text(row)
     shown = message if isinstance(message, str) else json.dumps(message, default=str)
-    return (f"job {visible(_cut(row.job_key))} {visible(row.task)} "
+    return (f"job {visible(_cut(row.job_key))} {visible(_cut(row.task))} "
             f"reason={json.dumps(row.reason)} from=store set_aside_at={at} "
-            f"bucket={visible(row.bucket)} attempts={row.attempts} message={visible(_cut(shown))}")
+            f"bucket={visible(_cut(row.bucket))} attempts={row.attempts} "
+            f"message={visible(_cut(shown))}")
 
 
 def as_json(row: Any) -> str:
@@ -109,7 +110,7 @@ def print_set_aside(bucket: str | None, limit: int, json_lines: bool, *, missing
 def show_set_aside(bucket: str | None, limit: int, json_lines: bool) -> None:
     """``recur dead list --store [BUCKET]``."""
     if not print_set_aside(bucket, limit, json_lines, missing_ok=False) and not json_lines:
-        which = f" for bucket {bucket}" if bucket else ""
+        which = f" for bucket {visible(_cut(bucket))}" if bucket else ""
         click.echo(f"no rows set aside in the due-jobs store{which}")
 
 
@@ -133,4 +134,4 @@ def replay_set_aside(bucket: str | None, keys: tuple[str, ...], limit: int) -> N
     click.echo(f"replayed {len(done)} set-aside job(s): scheduled again, due now")
     if missing:
         raise InvalidArgument(f"not set aside (unknown, or no longer set aside): "
-                              f"{', '.join(_cut(k) for k in missing)}")
+                              f"{', '.join(visible(_cut(k)) for k in missing)}")

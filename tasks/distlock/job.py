@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,7 @@ from celery.worker.request import Request
 from config import signing
 from config.errors import InvalidControlHeader
 from config.lazy_metrics import counter
+from config.text import brief
 
 log = logging.getLogger("recur.distlock")
 
@@ -75,8 +77,12 @@ def whole_number(value: Any) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidControlHeader(SEQ, f"must be a whole number >= 0, got {value!r:.40}")
+        raise InvalidControlHeader(SEQ, f"must be a whole number >= 0, got {brief(value, 40)}")
     return value
+
+
+#: Largest ``recur_lock_since`` read as a time (a larger int overflows a float).
+MAX_SINCE = sys.float_info.max
 
 
 def moment(value: Any) -> float:
@@ -84,9 +90,10 @@ def moment(value: Any) -> float:
     if value is None:
         return 0.0
     if (isinstance(value, bool) or not isinstance(value, int | float)
+            or not -MAX_SINCE <= value <= MAX_SINCE  # an int past float range: no time
             or not math.isfinite(value) or value < 0):
         raise InvalidControlHeader(SINCE, f"must be a finite time >= 0 (seconds since the "
-                                   f"epoch), got {value!r:.40}")
+                                   f"epoch), got {brief(value, 40)}")
     return float(value)
 
 
