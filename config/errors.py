@@ -164,6 +164,12 @@ class BrokerUnavailable(ServiceUnavailable):
     """The broker cannot be reached, or did not confirm what was published."""
 
 
+class BrokerBlocked(BrokerUnavailable):
+    """The broker blocks publishing (RabbitMQ's connection.blocked: a memory or disk
+    resource alarm): what was sent is not confirmed yet; it may still be taken when the
+    alarm clears (a scheduler's late copy is stale and dropped)."""
+
+
 class PublishRefused(BrokerUnavailable):
     """The broker nacked or returned messages of a publish (a full queue under a max-length
     policy with overflow reject-publish, a queue missing, a resource alarm): nothing of the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from config.buckets import BucketTable
 from config.checks import check_bind, placeholder_problem
@@ -189,3 +189,30 @@ def _check_database_url(url: str) -> None:
     if not url.startswith(("sqlite:", "postgresql+psycopg:")):
         raise ValueError("must be sqlite:///<file> or postgresql+psycopg://user@host/db")
     _check_port("database_url", url)
+    if url.startswith("sqlite:"):
+        _check_sqlite_query(url)
+
+
+#: What a SQLite URL's query may hold: the driver's own arguments, and with uri=true
+#: SQLite's URI parameters. SQLAlchemy drops any other name with a warning (so
+#: ``?mode=ro`` alone opened the file read-write) and SQLite ignores unknown URI ones.
+SQLITE_DRIVER_ARGS = ("uri", "cached_statements")  # its timeout is recur's own
+SQLITE_URI_ARGS = ("mode", "cache", "immutable", "nolock", "psow", "vfs")
+
+
+def _check_sqlite_query(url: str) -> None:
+    """Refuse a SQLite URL whose query would be ignored or would open another file."""
+    parts = urlsplit(url)
+    names = [name for name, _ in parse_qsl(parts.query, keep_blank_values=True)]
+    uri = dict(parse_qsl(parts.query)).get("uri", "").lower() in ("true", "1", "yes")
+    takes = SQLITE_DRIVER_ARGS + (SQLITE_URI_ARGS if uri else ())
+    unknown = [name for name in names if name not in takes]
+    if unknown and not uri and set(unknown) <= set(SQLITE_URI_ARGS):
+        raise ValueError(f"SQLite takes {', '.join(unknown)} only in a URI: "
+                         "sqlite:///file:<path>?<parameters>&uri=true")
+    if unknown:
+        raise ValueError(f"unknown SQLite URL parameter(s) {', '.join(unknown)[:100]} "
+                         f"(it takes {', '.join(takes)})")
+    if uri and not parts.path.lstrip("/").startswith("file:"):
+        raise ValueError("with uri=true the path must be a URI, sqlite:///file:<path>?...: "
+                         "else SQLite opens a file whose name ends with the query")

@@ -32,10 +32,13 @@ def is_unicode(text: str) -> bool:
     return True
 
 
-def visible(text: str) -> str:
+def visible(text: str, width: int | None = None) -> str:
     """``text`` as a terminal line may show it: each control or other unprintable character
     as its escape (``\\x1b``), so a job key another writer put in the store cannot move the
-    cursor, clear the screen or split a listing's line."""
+    cursor, clear the screen or split a listing's line. With ``width``, a longer text is
+    cut as :func:`brief` cuts (a 100 kB key stays one readable line)."""
+    if width is not None:
+        text = _cut(text, width)
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
@@ -49,4 +52,9 @@ def brief(value: object, width: int = 60) -> str:
     except ValueError:
         size = value.bit_length() if isinstance(value, int) else 0
         return f"an integer of {size} bits"
-    return shown if len(shown) <= width else shown[:width - 1] + "…"
+    return _cut(shown, width)
+
+
+def _cut(text: str, width: int) -> str:
+    """The one cut of a shown value: at most ``width`` characters, the last an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "…"

@@ -19,7 +19,8 @@ import kombu.exceptions
 from amqp.exceptions import NotFound
 from kombu import Connection
 
-from config.errors import BrokerUnavailable, ServiceRefused, register_driver
+from config.errors import BrokerBlocked, BrokerUnavailable, ServiceRefused, register_driver
+from routing.blocked import blocked_now, watch_blocked
 
 register_driver(kombu.exceptions.OperationalError, "broker")
 register_driver(amqp.exceptions.AMQPError, "broker")
@@ -43,17 +44,25 @@ def unavailable(where: str, exc: BaseException, *, named: bool = False) -> Broke
 class broker_errors:
     """``with broker_errors(where):`` a driver's error in the block is raised as
     :class:`BrokerUnavailable` (never swallowed: code after the block is reached only
-    when the block ended normally)."""
+    when the block ended normally). With ``blocked`` (the py-amqp connection the block
+    publishes on) a blocked broker is said once and a failure is :class:`BrokerBlocked`;
+    a block that ends normally (confirmed) shows the broker takes publishes again."""
 
-    def __init__(self, where: str, *, named: bool = False) -> None:
+    def __init__(self, where: str, *, named: bool = False, blocked: Any = None) -> None:
         self.where, self.named = where, named
+        self.blocked = None if blocked is None else watch_blocked(blocked)
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, _type: type[BaseException] | None, exc: BaseException | None,
                  _tb: TracebackType | None) -> None:
-        if isinstance(exc, BROKER_ERRORS):
+        if self.blocked is not None and exc is None:
+            self.blocked.on_unblocked()  # a connection dropped while blocked never hears it
+        if isinstance(exc, BROKER_ERRORS) or type(exc) is BrokerUnavailable:  # a confirm timeout
+            if self.blocked is not None and self.blocked.since is not None:
+                raise BrokerBlocked(f"{self.where}: {self.blocked.describe()}; not confirmed, "
+                                    "tried again later") from exc
             raise unavailable(self.where, exc, named=self.named) from exc
 
 
@@ -162,8 +171,19 @@ def check_access(url: str, prepare: Callable[[Connection], object]) -> bool:
     return True
 
 
+#: Seconds a connection's close handshake may take (a broker blocking it, under a resource
+#: alarm, never reads the close: the close waited for its answer forever).
+RELEASE_TIMEOUT = 5.0
+
+
 def release(conn: Connection) -> None:
-    """Release ``conn``; one that already broke has nothing left to release."""
+    """Release ``conn``; one that already broke has nothing left to release, and one the
+    broker does not answer is dropped after RELEASE_TIMEOUT (at once if it blocks us)."""
+    raw = getattr(conn, "_connection", None)  # not .connection: that one connects
+    sock = getattr(getattr(raw, "transport", None), "sock", None)
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.settimeout(0.1 if blocked_now(raw) else RELEASE_TIMEOUT)
     with contextlib.suppress(*BROKER_ERRORS):
         conn.release()
 

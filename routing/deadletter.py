@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from kombu import Connection, Producer
@@ -21,6 +22,7 @@ from kombu import Connection, Producer
 from config.buckets import Bucket
 from config.errors import InvalidArgument
 from routing.queues import TASK_EXCHANGE
+from routing.routed import routed
 
 #: Most dead messages (or set-aside rows) one ``recur dead list`` shows: each is read
 #: from the queue and held unacknowledged until the listing ends.
@@ -160,7 +162,8 @@ def replay_dead(conn: Connection, bucket: Bucket, limit: int = 100,
                 left: list[tuple[str, str]] | None = None) -> int:
     """Move up to ``limit`` dead messages back to the bucket's queue.
 
-    Each is published (with confirms) before it is removed from the dead queue,
+    Each is published (with confirms, mandatory: a bucket queue deleted or unbound is
+    declared again, routing/routed.py) before it is removed from the dead queue,
     so a crash in between leaves a duplicate, never a loss. One a worker could not run
     (:func:`unreplayable`) is left where it is, in its place, and (its id, why) is
     appended to ``left``. Returns how many were moved.
@@ -176,11 +179,11 @@ def replay_dead(conn: Connection, bucket: Bucket, limit: int = 100,
                 continue  # unacknowledged: back in the dead queue when the channel closes
             headers = {k: v for k, v in (raw.headers or {}).items() if k not in BROKER_HEADERS}
             props = raw.properties
-            producer.publish(raw.body, routing_key=bucket.queue, headers=headers,
-                             content_type=props.get("content_type"),
-                             content_encoding=props.get("content_encoding"),
-                             correlation_id=props.get("correlation_id"),
-                             delivery_mode=2, retry=True)
+            routed(producer, partial(producer.publish, raw.body, routing_key=bucket.queue,
+                                     headers=headers, content_type=props.get("content_type"),
+                                     content_encoding=props.get("content_encoding"),
+                                     correlation_id=props.get("correlation_id"),
+                                     delivery_mode=2, retry=True, mandatory=True))
             channel.basic_ack(raw.delivery_tag)
             moved += 1
     return moved

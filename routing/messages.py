@@ -27,6 +27,11 @@ MAX_ID_LENGTH = 200
 #: pool (pickle) and to the result backend, whose recursion gives out far sooner than
 #: JSON's, and a payload that fails there stops the worker, not the message.
 MAX_PAYLOAD_DEPTH = 100
+#: The containers JSON's encoder takes (a payload it encoded holds no other).
+CONTAINERS = (dict, list, tuple)
+#: The one compact JSON encoder of payloads and stored calls (scheduler/wire.py), made
+#: once: ``json.dumps`` with options makes an encoder per call, half the cost of a small one.
+COMPACT_JSON = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
 
 
 class Message(TypedDict):
@@ -56,37 +61,45 @@ def _require_string(message: Mapping[str, Any], name: str) -> str:
 
 def encoded_payload_size(payload: Any) -> int:
     """Bytes of the payload as JSON; raises InvalidMessage if it is not JSON."""
+    return len(encoded_payload(payload))
+
+
+def encoded_payload(payload: Any) -> str:
+    """The payload as compact JSON (ASCII: its length is its size in bytes); raises
+    InvalidMessage if it is not JSON, or not one JSON would carry unchanged."""
     try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        text = COMPACT_JSON.encode(payload)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage("payload", f"not a JSON value ({exc})") from exc
     except RecursionError:
         raise InvalidMessage("payload", "nested too deeply to encode as JSON") from None
-    if text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH and too_deep(payload):
-        raise InvalidMessage("payload", f"nested more than {MAX_PAYLOAD_DEPTH} levels deep")
-    if "{" in text:
-        found = non_string_key(payload)
-        if found:  # JSON would make it a string: {1: "a", "1": "b"} keeps only one
-            raise InvalidMessage("payload", f"an object key must be a string, got "
-                                 f"{found[0]!r:.60} ({type(found[0]).__name__})")
+    deep = text.count("[") + text.count("{") > MAX_PAYLOAD_DEPTH
+    if deep or "{" in text:  # only then can a key or the nesting be wrong
+        problem = shape_problem(payload)
+        if problem is not None:
+            raise InvalidMessage("payload", problem)
     if "\\ud" in text and not is_unicode(json.dumps(payload, ensure_ascii=False)):
         raise InvalidMessage("payload", LONE_SURROGATE)  # escaped above as \udXXX
-    return len(text.encode())
+    return text
 
 
-def non_string_key(payload: Any) -> tuple[Any, ...]:
-    """``(key,)``: a key of an object in ``payload`` that is not a string; ``()``: none."""
-    todo = [payload]
+def shape_problem(payload: Any) -> str | None:
+    """What JSON text hides about a payload it encoded, in one walk: a key that is no string
+    (JSON would make it one: ``{1: "a", "1": "b"}`` keeps only one) or nesting deeper than
+    MAX_PAYLOAD_DEPTH. Its containers are dicts, lists and tuples (all the encoder takes)."""
+    todo: list[tuple[Any, int]] = [(payload, 1)] if isinstance(payload, CONTAINERS) else []
     while todo:
-        value = todo.pop()
-        if isinstance(value, Mapping):
+        value, depth = todo.pop()
+        if isinstance(value, dict):
             for key in value:
                 if not isinstance(key, str):
-                    return (key,)
-            todo.extend(value.values())
-        elif isinstance(value, list | tuple):
-            todo.extend(value)
-    return ()
+                    return (f"an object key must be a string, got {key!r:.60} "
+                            f"({type(key).__name__})")
+            value = value.values()
+        if depth > MAX_PAYLOAD_DEPTH:
+            return f"nested more than {MAX_PAYLOAD_DEPTH} levels deep"
+        todo += [(item, depth + 1) for item in value if isinstance(item, CONTAINERS)]
+    return None
 
 
 def too_deep(payload: Any, limit: int = MAX_PAYLOAD_DEPTH) -> bool:
@@ -125,11 +138,17 @@ def validate_message(message: Any, cfg: Settings | None = None) -> Message:
 
     Raises :class:`InvalidMessage` (or :class:`UnknownBucket`) naming the field.
     """
+    return validate_encoded(message, cfg)[0]
+
+
+def validate_encoded(message: Any, cfg: Settings | None = None) -> tuple[Message, str]:
+    """:func:`validate_message`, and the payload's compact JSON text the check made: a
+    caller that stores the message builds on it rather than encode the payload again."""
     cfg = cfg or settings()
     if not isinstance(message, Mapping):
         raise InvalidMessage("message", f"must be a JSON object, got {type(message).__name__}")
-    unknown = set(message) - KNOWN_FIELDS
-    if unknown:
+    if not message.keys() <= KNOWN_FIELDS:
+        unknown = set(message) - KNOWN_FIELDS
         raise InvalidMessage(min(map(str, unknown)), f"unknown field (allowed: "
                              f"{', '.join(sorted(KNOWN_FIELDS))})")
     ident = _require_string(message, "id")
@@ -137,11 +156,12 @@ def validate_message(message: Any, cfg: Settings | None = None) -> Message:
     bucket = resolve_bucket(message, cfg)
     if "payload" not in message:
         raise InvalidMessage("payload", "missing (use null for no payload)")
-    size = encoded_payload_size(message["payload"])
+    text = encoded_payload(message["payload"])
+    size = len(text)
     if size > cfg.max_payload_bytes:
         raise InvalidMessage("payload", f"{size} bytes encoded, over the limit of "
                              f"{cfg.max_payload_bytes} (RECUR_MAX_PAYLOAD_BYTES)")
     valid = Message(id=ident, user_id=user_id, bucket=bucket, payload=message["payload"])
     if "kind" in message:
         valid["kind"] = message["kind"]
-    return valid
+    return valid, text

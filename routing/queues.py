@@ -92,13 +92,15 @@ def declare_topology(connection: Connection, cfg: Settings) -> list[str]:
 
 
 def declare_again(open_channel: Callable[[], Any], names: Iterable[str],
-                  cfg: Settings) -> list[str]:
-    """Declare again those of ``names`` that are recur's queues, with their binding (and
-    Celery's delayed-delivery one), each on a channel of its own: a queue whose binding was
-    removed, or that was deleted and declared again by someone else, takes publishes again.
+                  cfg: Settings, extra: Iterable[Queue] = ()) -> list[str]:
+    """Declare again those of ``names`` that are recur's queues (or of ``extra``, e.g. a
+    destination's dead-letter queue), with their binding (and Celery's delayed-delivery
+    one), each on a channel of its own: a queue whose binding was removed, or that was
+    deleted and declared again by someone else, takes publishes again.
     What was done, one phrase a queue (a refusal, e.g. 406 for other arguments, named)."""
     queues = {q.name: q for b in (*cfg.buckets.buckets, OUTBOUND)
               for q in (work_queue(b, cfg), dead_queue(b, cfg))}
+    queues.update((q.name, q) for q in extra)
     said = []
     for name in sorted(set(names) & queues.keys()):
         channel = open_channel()

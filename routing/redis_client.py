@@ -13,6 +13,8 @@ header documents its keys); the scripts with two users live beside this module:
 from __future__ import annotations
 
 import hashlib
+import logging
+import time
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
@@ -36,6 +38,35 @@ with absent(UNUSED_BY_REDIS):
 register_driver(redis.exceptions.RedisError, "Redis")
 
 T = TypeVar("T")
+log = logging.getLogger("recur.redis")
+
+#: Seconds between two "Redis is out of memory" lines of one process: every job that
+#: meets a full Redis would say it again, and it lasts until someone frees memory.
+OOM_SAY_EVERY = 60.0
+#: What a write refused for want of memory is reported as (the event ``redis_oom``).
+OOM = ("out of memory: used memory is over maxmemory and maxmemory-policy noeviction "
+       "refuses writes (event redis_oom); free memory or raise maxmemory (CONFIG SET "
+       "maxmemory): the work waits and resumes by itself")
+_oom_said = [-OOM_SAY_EVERY]
+
+
+def out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (redis-py's, or ours from it) is Redis refusing a write for want
+    of memory: an outage to wait out, not a refusal of the call's own keys."""
+    while exc is not None:
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            return True
+        exc = exc.__cause__
+    return False
+
+
+def say_out_of_memory(what: str) -> None:
+    """Log once per OOM_SAY_EVERY seconds (per process) that Redis is out of memory."""
+    now = time.monotonic()
+    if now - _oom_said[0] >= OOM_SAY_EVERY:
+        _oom_said[0] = now
+        log.warning("event=redis_oom Redis is %s (first seen: %s; said again in %gs at "
+                    "most while it lasts)", OOM, what, OOM_SAY_EVERY)
 
 
 #: Connections the process's client keeps at most. A command holds one for its round
@@ -60,7 +91,8 @@ def get_redis() -> redis.Redis:
 class redis_errors:
     """Turn redis-py's errors raised inside into ``error("Redis: <what>: <exc>")``,
     ``from`` the driver's. ``what`` is %-formatted with ``args`` only on an error (the
-    lock's calls are on every job's path)."""
+    lock's calls are on every job's path). A write refused for want of memory says so
+    (:data:`OOM`), and the process logs it once a minute (:func:`say_out_of_memory`)."""
 
     __slots__ = ("args", "error", "what")
 
@@ -75,6 +107,9 @@ class redis_errors:
                  tb: TracebackType | None) -> None:
         if isinstance(exc, redis.RedisError):
             what = self.what % self.args if self.args else self.what
+            if isinstance(exc, redis.exceptions.OutOfMemoryError):
+                say_out_of_memory(what or "a write")
+                raise self.error(f"Redis: {what}: {OOM}" if what else f"Redis: {OOM}") from exc
             raise self.error(f"Redis: {what}: {exc}" if what else f"Redis: {exc}") from exc
 
 

@@ -111,5 +111,12 @@ def check_stored_options(options: Mapping[str, Any], run: StoredRun, threshold: 
                               f"(delay >= {threshold}s or a job key): {why}")
 
 
+def kept_by_any_run(options: Mapping[str, Any]) -> bool:
+    """Whether :func:`check_stored_options` passes ``options`` whatever the run (each one
+    None, read by the store path or harmless): then no call needs them checked again."""
+    return all(value is None or name in READ or name in HARMLESS
+               for name, value in options.items())
+
+
 def _never(value: Any, run: StoredRun) -> bool:
     return False

@@ -22,10 +22,10 @@ from config.errors import InvalidSchedule
 from config.settings import Settings
 from config.text import brief
 from routing import tracing
-from routing.messages import validate_message
+from routing.messages import validate_encoded
 from scheduler.bounds import Limits, check_call, check_job_key, check_retries
 from scheduler.call_options import NOT_STORED as NOT_STORED
-from scheduler.call_options import StoredRun, check_stored_options
+from scheduler.call_options import StoredRun, check_stored_options, kept_by_any_run
 from scheduler.pullforward import pull_floor
 from scheduler.store import Job
 from scheduler.wire import Dispatch, dispatch_of, encode_call, message_of, with_trace
@@ -143,6 +143,21 @@ class PlanContext(NamedTuple):
         return cls(utcnow(), dispatch_of(request), Limits.of(cfg))
 
 
+class CheckedOptions(NamedTuple):
+    """A call's options checked, and what they decide whatever its message: ``apply_many``
+    checks the options its calls share once, not once per call."""
+
+    due: datetime | None
+    #: Whether every option is kept by any stored run (none is checked per call).
+    kept: bool
+
+    @classmethod
+    def of(cls, options: Mapping[str, Any], now: datetime) -> CheckedOptions:
+        check_message_options(options)
+        return cls(due_time(options.get("countdown"), options.get("eta"), now),
+                   kept_by_any_run(options))
+
+
 def resent_job_key(running: Dispatch | None, request: Any, task_name: str,
                    message: Mapping[str, Any]) -> str | None:
     """The running job's key when this call sends the running message again.
@@ -168,11 +183,23 @@ def is_retry(options: Mapping[str, Any], request: Any) -> bool:
             and not getattr(request, "called_directly", True))
 
 
+def _named_key(task_id: Any, job_key: str | None, key: str, limits: Limits) -> str:
+    """The stored job's key: a producer's ``task_id`` names it (as ``job_key`` may: not
+    both, unless they agree), else ``key``."""
+    if task_id is None:
+        return key
+    if job_key is not None and task_id != job_key:
+        raise InvalidSchedule(f"task_id {task_id!r:.60} and job_key {job_key!r:.60} "
+                              "both name the stored job: give one")
+    return check_job_key(task_id, limits, "task_id (the job key)")
+
+
 def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None,
                options: Mapping[str, Any], job_key: str | None, request: Any,
                cfg: Settings, *, not_before: bool = False,
                ignores_result: bool | None = None,
-               context: PlanContext | None = None) -> StorePlan | None:
+               context: PlanContext | None = None,
+               checked: CheckedOptions | None = None) -> StorePlan | None:
     """The store write for this call, or None when it should be published directly.
 
     Validates the delay options on every call and, for store calls, the message
@@ -183,17 +210,17 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
     the floor. A producer's ``task_id`` names the stored job (its job key, so the
     AsyncResult a canvas froze finds it); its other options are checked by
     scheduler/call_options.py (``ignores_result``: the task's own setting). ``context``:
-    what calls planned together share (PlanContext), taken now when not given.
+    what calls planned together share (PlanContext), taken now when not given;
+    ``checked``: these options' CheckedOptions at its time, checked now when not given.
     """
     if not isinstance(not_before, bool):
         raise InvalidSchedule(f"not_before must be True or False, got {brief(not_before)}")
-    check_message_options(options)
     now, running, limits = context or PlanContext.of(request, cfg)
-    due = due_time(options.get("countdown"), options.get("eta"), now)
+    due, kept = checked or CheckedOptions.of(options, now)
     call_args, call_kwargs = list(args or ()), dict(kwargs or {})
     if job_key is not None:  # bounds first: a bad key is refused before anything else
         check_job_key(job_key, limits)
-    message = validate_message(message_of(call_args, call_kwargs), cfg)
+    message, payload_text = validate_encoded(message_of(call_args, call_kwargs), cfg)
     key = job_key or resent_job_key(running, request, task_name, message) or message["id"]
     own = running if running is not None and running.job_key == key else None
     # A threshold of 0 sends every delayed call to the store, a due time already past too.
@@ -205,20 +232,16 @@ def store_plan(task_name: str, args: Sequence[Any] | None, kwargs: Mapping[str, 
         if options.get(name) and own is None:
             raise InvalidSchedule(f"{name} is not supported for calls that go to the due-jobs "
                                   f"store (delay >= {cfg.schedule_threshold}s or a job key)")
-    task_id = options.get("task_id")
     if own is None and not is_retry(options, request):  # a producer's call
-        if task_id is not None:
-            if job_key is not None and task_id != job_key:
-                raise InvalidSchedule(f"task_id {task_id!r:.60} and job_key {job_key!r:.60} "
-                                      "both name the stored job: give one")
-            key = check_job_key(task_id, limits, "task_id (the job key)")
-        check_stored_options(options, StoredRun(
-            task_name, bucket_table().get(message["bucket"]).queue, key, ignores_result),
-            cfg.schedule_threshold)
+        key = _named_key(options.get("task_id"), job_key, key, limits)
+        if not kept:
+            check_stored_options(options, StoredRun(
+                task_name, bucket_table().get(message["bucket"]).queue, key, ignores_result),
+                cfg.schedule_threshold)
     if job_key is None and own is None:
         check_job_key(key, limits, "job_key (the message id)")
     text = encode_call(call_args, call_kwargs, check_retries(options.get("retries")),
-                       job_key=key, bucket=message["bucket"])
+                       job_key=key, bucket=message["bucket"], payload_text=payload_text)
     check_call(text, call_args, call_kwargs, limits)
     text = with_trace(text, tracing.traceparent(), limits.call_bytes)  # the next run links it
     due = due or now

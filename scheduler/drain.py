@@ -130,7 +130,8 @@ class Scheduler:
                 pause = self.idle.after(moved, self.store, self.pull_forward)
             except ServiceUnavailable as exc:
                 wait = backoff.next()
-                log.warning("%s; reconnecting in %.1fs", exc, wait)
+                log.warning("%s; %s", exc, "stopping" if self.stopping.is_set()
+                            else f"reconnecting in {wait:.1f}s")
                 self.drop_connections()
                 self.stopping.wait(wait)
                 continue
@@ -262,9 +263,9 @@ class Scheduler:
         if lanes <= 1:
             return self._lane(self.publisher, 0, lane)
         while len(self._lanes) < lanes - 1:
-            self._lanes.append(ConfirmingPublisher(self.publisher.broker_url,
-                                                   self.publisher.exchange,
-                                                   limits=self.publisher.limits))
+            self._lanes.append(ConfirmingPublisher(
+                self.publisher.broker_url, self.publisher.exchange, limits=self.publisher.limits))
+            self._lanes[-1].stop = self.publisher.stop  # a stop cuts every lane's wait
         if self._pool is None or self._pool_size < lanes:
             if self._pool is not None:
                 self._pool.shutdown()

@@ -10,8 +10,10 @@ SQL), so it works with any number of schedulers and workers running:
   never comes back.
 - :func:`reschedule` moves a scheduled job to a new due time, which is also
   its floor (an operator's time is not pulled forward). A dispatched job is
-  refused: its running copy decides its next time. :func:`reschedule_user`
-  moves every scheduled job of a user and leaves the dispatched ones.
+  refused: its running copy decides its next time. One that its running copy
+  rescheduled between the move and the read that explains a refusal is moved.
+  :func:`reschedule_user` moves every scheduled job of a user and leaves the
+  dispatched ones.
 - :func:`pause` makes the scheduler stop dispatching a bucket (due jobs and
   periodic entries keep accumulating in the store); :func:`resume` undoes it.
 
@@ -39,6 +41,9 @@ MAX_PAGE = 1000
 MAX_DELAY = 3650 * 86400
 #: Characters of an argument an error line echoes.
 SHOWN = 100
+#: Moves :func:`reschedule` tries when the row was dispatched at the move but scheduled
+#: again when read (its running copy rescheduled it in between).
+MOVE_ATTEMPTS = 3
 
 
 @contextmanager
@@ -167,12 +172,21 @@ def reschedule(ctl: JobControl, job_key: str, due_at: datetime,
                now: datetime | None = None) -> JobRow:
     """Make the scheduled job due at ``due_at`` (not pulled forward before it)."""
     now = now or datetime.now(UTC)
-    moved = ctl.move(_text("job key", job_key), _due(due_at, now), now)
-    if moved is not None:
-        return moved
-    row = ctl.get(job_key)
-    if row is None:
-        raise UnknownJob(f"no job {_shown(job_key)}")
+    due, row = _due(due_at, now), None
+    for _ in range(MOVE_ATTEMPTS):
+        moved = ctl.move(_text("job key", job_key), due, now)
+        if moved is not None:
+            return moved
+        row = ctl.get(job_key)
+        if row is None:
+            raise UnknownJob(f"no job {_shown(job_key)}")
+        if row.state != "scheduled":
+            break
+        # dispatched at the move, scheduled again by its run's own reschedule since: move it
+    assert row is not None
+    if row.state == "scheduled":
+        raise JobInFlight(f"job {_shown(job_key)} was dispatched at each of "
+                          f"{MOVE_ATTEMPTS} tries (its runs keep rescheduling it): try again")
     if row.state != "dispatched":  # set aside, or a state another writer put there
         raise JobInFlight(f"job {_shown(job_key)} is {row.state}, not scheduled: `recur dead "
                           "list --store` says why a set-aside job is, `recur dead replay "

@@ -16,7 +16,6 @@ routing/broker.py.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
@@ -35,6 +34,7 @@ from scheduler.bounds import Limits
 from scheduler.metrics import BROKER_CONNECTIONS
 from scheduler.outgoing import Build, Framing, Outgoing, Route
 from scheduler.refusals import BROKER_REFUSED, Published, Refusal
+from scheduler.stop import Stop
 from scheduler.store import Claimed
 from scheduler.task_message import TaskMessage, dead_message, task_message
 
@@ -74,6 +74,7 @@ class ConfirmingPublisher:
         self._failures: list[str] = []
         self._returned: set[str] = set()
         self._restamps = 0
+        self.stop = Stop()  # the scheduler's own when it runs one (scheduler/stop.py)
 
     def connect(self) -> None:
         """(Re)connect: open the confirm channel and the depth channel."""
@@ -82,6 +83,7 @@ class ConfirmingPublisher:
             self._kombu = Connection(self.broker_url, connect_timeout=5)
             self._kombu.connect()
             self._raw = self._kombu.connection
+            self.stop.watch(self._raw)  # a stop that gives up cuts it (scheduler/stop.py)
             self._pub = self._raw.channel()
             self._pub.confirm_select()
             self._pub.events["basic_ack"].add(self._on_ack)
@@ -169,7 +171,7 @@ class ConfirmingPublisher:
     def _publish_items(self, items: list[Outgoing], out: Published) -> None:
         if not items:
             return
-        with broker_errors(f"broker: publishing {len(items)} messages failed"):
+        with broker_errors(f"broker: publishing {len(items)} messages failed", blocked=self._raw):
             self._confirm(items, out)
 
     def _confirm(self, items: list[Outgoing], out: Published) -> None:
@@ -269,14 +271,8 @@ class ConfirmingPublisher:
             self._raw.transport.write(b"".join(chunks))
             chunks.clear()
 
-    def _wait_for_confirms(self) -> None:
-        deadline = time.monotonic() + self.confirm_timeout
-        while self._pending:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise BrokerUnavailable(f"broker did not confirm {len(self._pending)} messages "
-                                        f"within {self.confirm_timeout:.0f}s")
-            self._raw.drain_events(timeout=left)
+    def _wait_for_confirms(self) -> None:  # a stop cuts it short (scheduler/stop.py)
+        self.stop.wait_for_confirms(lambda: len(self._pending), self._raw, self.confirm_timeout)
 
     def _on_ack(self, tag: int, multiple: bool) -> None:
         if multiple:

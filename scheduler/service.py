@@ -25,8 +25,10 @@ from scheduler.drain import Scheduler, check_watermarks
 from scheduler.outages import Backoff
 from scheduler.periodic import entries_from_beat
 from scheduler.publisher import ConfirmingPublisher
+from scheduler.stop import Stop
 from scheduler.store import DueStore
 from scheduler.store.connection import refused_settings
+from scheduler.store.schema_check import sqlite_unwritable
 
 log = logging.getLogger("recur.scheduler")
 
@@ -38,7 +40,16 @@ def open_store(cfg: Settings, stopping: threading.Event) -> DueStore | None:
     backoff = Backoff()
     while not stopping.is_set():
         try:
-            return DueStore.open(cfg.database_url)
+            store = DueStore.open(cfg.database_url)
+            try:
+                refused = sqlite_unwritable(store.engine)  # a read-only SQLite file
+            except ServiceUnavailable:  # another writer held the lock: waited out below
+                store.close()
+                raise
+            if refused is not None:
+                store.close()
+                raise refused
+            return store
         except ServiceUnavailable as exc:
             if refused_settings(exc):  # the URL's options, sslmode, credentials: not an outage
                 raise StoreError(f"{exc}: the server refuses this URL's settings, waiting "
@@ -65,11 +76,14 @@ def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] 
     # 2); a broker that is down is waited out by the drain loop.
     check_access(cfg.broker_url, lambda conn: declare_topology(conn, cfg))
     tracing.setup("scheduler")  # RECUR_OTEL; off: nothing (routing/tracing/)
-    stopping = threading.Event()
+    stop = Stop()  # a second signal gives up the batch in hand (scheduler/stop.py)
+    stopping = stop.requested
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after the batch in hand", signal.Signals(signum).name)
-        stopping.set()
+        name = signal.Signals(signum).name
+        if not stop.requested.is_set():
+            log.info("%s: stopping after the batch in hand (a second signal: at once)", name)
+        stop.signal()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -78,6 +92,7 @@ def run_scheduler(cfg: Settings, beat_schedule: Mapping[str, Mapping[str, Any]] 
         return
     publisher = ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name,
                                     on_connect=lambda conn: declare_topology(conn, cfg))
+    publisher.stop = stop
     try:
         Scheduler(store, publisher, cfg, stopping, periodic).run()
     finally:

@@ -29,12 +29,14 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from config import signing
 from config.errors import InvalidControlHeader, InvalidMessage
 from config.settings import settings
 from config.text import brief
+from routing.messages import COMPACT_JSON
 from routing.request_headers import DISPATCH_HEADER as DISPATCH_HEADER
 from routing.request_headers import request_header as request_header
 
@@ -140,8 +142,8 @@ def dispatch_header(job_key: str, token: int, lease_until: datetime,
     return head if due_at is None else [*head, micros(due_at)]
 
 
-#: The format's JSON punctuation (``json.dumps`` separators): no spaces.
-SEPARATORS = (",", ":")
+#: The format's JSON punctuation (``json.dumps`` separators): no spaces, COMPACT_JSON's.
+SEPARATORS = (COMPACT_JSON.item_separator, COMPACT_JSON.key_separator)
 
 
 def _strip(message: Any, job_key: str | None, bucket: str | None) -> Any:
@@ -171,39 +173,59 @@ def _restore(message: Any, job_key: str | None, bucket: str | None) -> Any:
 #: The fields of a message in the array form, in their order there (USER_SQL reads
 #: the user id as item 0).
 MESSAGE_ARRAY = ("user_id", "payload", "kind")
+#: MESSAGE_ARRAY as a set: the fields a message in the array form may hold.
+_ARRAY_FIELDS = frozenset(MESSAGE_ARRAY)
 
 
 def _as_array(message: Any) -> list[Any] | None:
     """The array form of a stripped message, or None when it does not fit one."""
-    if (not isinstance(message, dict) or not {"user_id", "payload"} <= message.keys()
-            or not message.keys() <= set(MESSAGE_ARRAY)):
+    if (not isinstance(message, dict) or "user_id" not in message or "payload" not in message
+            or not message.keys() <= _ARRAY_FIELDS):
         return None
-    return [message[name] for name in MESSAGE_ARRAY if name in message]
+    single = [message["user_id"], message["payload"]]
+    return [*single, message["kind"]] if "kind" in message else single
 
 
 def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any], retries: int = 0, *,
-                job_key: str | None = None, bucket: str | None = None) -> str:
+                job_key: str | None = None, bucket: str | None = None,
+                payload_text: str | None = None) -> str:
     """The row's ``args`` JSON text; refuses what JSON cannot carry.
 
     With ``job_key``/``bucket`` (the row's), a message first argument leaves
     out the fields those columns repeat; :func:`decode_call` given the same
-    puts them back.
+    puts them back. ``payload_text``: that message's payload as
+    :func:`routing.messages.validate_encoded` encoded it; the array form is
+    written around it rather than encoding the payload a second time.
     """
     call = list(args)
     if call:
         call[0] = _strip(call[0], job_key, bucket)
     single = _as_array(call[0]) if len(call) == 1 and not kwargs and not retries else None
+    if single is not None and payload_text is not None:
+        text = _array_text(single, payload_text)
+        if text is not None:
+            return text
     body: Any = {"args": call} if single is None else single
     if kwargs:
         body["kwargs"] = dict(kwargs)
     if retries:
         body["retries"] = retries
     try:
-        return json.dumps(body, allow_nan=False, separators=SEPARATORS)
+        return COMPACT_JSON.encode(body)
     except (TypeError, ValueError) as exc:
         raise InvalidMessage("args", f"not JSON-serialisable ({exc})") from exc
     except RecursionError:
         raise InvalidMessage("args", "nested too deeply to encode as JSON") from None
+
+
+def _array_text(single: list[Any], payload_text: str) -> str | None:
+    """``[user_id, payload(, kind)]`` as :data:`COMPACT_JSON` writes it, around the payload's
+    text; None when a field beside it is no string (the encoder then says what it is)."""
+    user_id, kind = single[0], single[2] if len(single) == 3 else ""
+    if not isinstance(user_id, str) or not isinstance(kind, str):
+        return None
+    tail = f",{encode_basestring_ascii(kind)}" if len(single) == 3 else ""
+    return f"[{encode_basestring_ascii(user_id)},{payload_text}{tail}]"
 
 
 def decode_call(text: str, job_key: str | None = None, bucket: str | None = None

@@ -15,6 +15,13 @@ limit the coroutine is cancelled and the task fails with SoftTimeLimitExceeded;
 at the hard limit the waiting thread gives up (cancelling it again) and the task
 fails with TimeLimitExceeded. Both are dead-lettered like any failure.
 
+A KeyboardInterrupt or SystemExit of a coroutine is carried to its pool thread and
+raised there (failing that run, named by tasks/outcome.py as for a sync task), not on
+the loop, where asyncio would end the loop's thread (tasks/aio_loop.py keeps the loop
+running and names a task that blocks it). The hard limit counts from the run's start
+on the loop: waiting for a loop another task blocks is not the run's time; a run the
+loop cannot start within its hard limit is given up, and never starts later.
+
 Inside the coroutine ``self.request`` is the delivering request (bound in a
 context variable per asyncio task), so ``self.apply_async`` reschedules the
 task's own job and ``self.retry`` work as in a sync task. That reschedule is a
@@ -31,37 +38,34 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
-import os
+import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from contextvars import ContextVar
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded, TimeLimitExceeded
 
-Limits = tuple[float | None, float | None]
+from tasks.aio_loop import BOUND as _BOUND
+from tasks.aio_loop import worker_loop
 
-#: (task name, request) of the async task running in the current asyncio task.
-_BOUND: ContextVar[tuple[str, Any] | None] = ContextVar("recur_bound_request", default=None)
+Limits = tuple[float | None, float | None]
+log = logging.getLogger("recur.aio")
+
+
+class _Raised:
+    """A coroutine's KeyboardInterrupt or SystemExit, returned to its pool thread: raised
+    in an asyncio task, it is raised again out of ``run_forever``, ending the loop."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
 #: Reschedules of its own job the running async task asked for, in order.
 _DEFERRED: ContextVar[list[Any] | None] = ContextVar("recur_deferred_writes", default=None)
-_lock = threading.Lock()
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_pid = 0
 #: The worker's own (hard, soft) limits, set by tasks.worker when it starts.
 _worker_limits: Limits = (None, None)
-
-
-def worker_loop() -> asyncio.AbstractEventLoop:
-    """This process's event loop, started on its own thread on first use."""
-    global _loop, _loop_pid
-    with _lock:
-        if _loop is None or _loop_pid != os.getpid() or _loop.is_closed():
-            loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="recur-asyncio",
-                             daemon=True).start()
-            _loop, _loop_pid = loop, os.getpid()
-        return _loop
 
 
 def set_worker_limits(hard: float | None, soft: float | None) -> None:
@@ -104,37 +108,84 @@ def write_deferred(task: Any, deferred: list[Any]) -> None:
         call.write(settings(), task.request)
 
 
+class _Run:
+    """Where one run stands, as its pool thread and the loop both see it."""
+
+    def __init__(self) -> None:
+        self.started, self.given_up, self.started_at = threading.Event(), threading.Event(), 0.0
+
+    def result(self, future: concurrent.futures.Future[Any], hard: float | None) -> Any:
+        """The coroutine's result, waiting at most ``hard`` seconds from its start on the
+        loop: time spent waiting for a loop another task blocks is not this run's (but
+        a loop that does not start it within ``hard`` gives it up too)."""
+        if hard is not None and not self.started.wait(hard):
+            raise concurrent.futures.TimeoutError
+        left = None if hard is None else self.started_at + hard - time.monotonic()
+        return future.result(timeout=left)
+
+
 async def _run_bound(task_name: str, request: Any, coro: Coroutine[Any, Any, Any],
-                     soft: float | None, deferred: list[Any]) -> Any:
+                     soft: float | None, deferred: list[Any], run: _Run) -> Any:
+    given_up = run.given_up
+    if given_up.is_set():  # its run was given up before the (blocked) loop came to it
+        coro.close()
+        return None
+    run.started_at = time.monotonic()
+    run.started.set()
     _BOUND.set((task_name, request))
     _DEFERRED.set(deferred)
-    if soft is None:
-        return await coro
-    deadline = asyncio.timeout(soft)
+    deadline, began, obeyed = asyncio.timeout(soft), run.started_at, False
     try:
         async with deadline:
-            return await coro
+            result = await coro
+        if inspect.iscoroutine(result):
+            result.close()
+            raise TypeError(
+                f"task {task_name} returned a coroutine it never awaited "
+                f"({result.__qualname__}): await it"
+            )
+        return result
     except TimeoutError:
         if deadline.expired():
             raise SoftTimeLimitExceeded(f"soft time limit ({soft:g}s) exceeded") from None
         raise
+    except asyncio.CancelledError:
+        obeyed = True
+        raise
+    except (KeyboardInterrupt, SystemExit) as exc:
+        return _Raised(exc)  # raised by its pool thread
+    finally:
+        if given_up.is_set() and not obeyed:  # a copy delivered again may have overlapped
+            log.error(
+                "task %s: its coroutine ended only %.1fs after it started, past its "
+                "hard time limit (it ignored being cancelled); the message was "
+                "delivered again meanwhile",
+                task_name,
+                time.monotonic() - began,
+            )
 
 
 def run_blocking(task: Any, coro: Coroutine[Any, Any, Any]) -> Any:
     """Run ``coro`` (a call of ``task``'s async function) on the worker loop and wait."""
     hard, soft = limits_of(task)
     deferred: list[Any] = []
+    run = _Run()
     future = asyncio.run_coroutine_threadsafe(
-        _run_bound(task.name, task.request, coro, soft, deferred), worker_loop())
+        _run_bound(task.name, task.request, coro, soft, deferred, run), worker_loop()
+    )
     try:
-        return future.result(timeout=hard)
+        result = run.result(future, hard)
     except concurrent.futures.TimeoutError:
         if future.done():  # the coroutine's own TimeoutError
             raise
+        run.given_up.set()
         future.cancel()
         raise TimeLimitExceeded(f"hard time limit ({hard:g}s) exceeded") from None
     finally:  # what it asked for before it returned, raised or was given up
         write_deferred(task, deferred)
+    if isinstance(result, _Raised):
+        raise result.exc
+    return result
 
 
 def settle(task: Any, result: Any) -> Any:

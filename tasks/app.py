@@ -14,14 +14,27 @@ from functools import cached_property
 from typing import Any
 
 from celery import Celery
+from celery.app.amqp import AMQP
 
 from config import keys
 from config.errors import EXIT_ERROR, ConfigError, one_line
 from config.settings import Settings, settings
+from routing.blocked import blocked_callbacks
 from routing.queues import TASK_EXCHANGE, work_queues
+from routing.routed import task_sender
 from routing.router import route_task
 
 DEFAULT_QUEUE = "short"
+
+
+class RoutedAMQP(AMQP):  # type: ignore[misc]
+    """Celery's publishing, with every task message ``mandatory``: one no queue takes (its
+    bucket queue deleted or unbound since this process declared it) is declared again and
+    published again before ``apply_async``/``send_task``/``retry`` return, or refused with
+    PublishRefused naming the queue (routing/routed.py), never confirmed and dropped."""
+
+    def _create_task_sender(self) -> Any:
+        return task_sender(super()._create_task_sender())
 
 
 class RecurCelery(Celery):  # type: ignore[misc]
@@ -30,6 +43,7 @@ class RecurCelery(Celery):  # type: ignore[misc]
     due-jobs store for a job key (tasks/stored_result.py)."""
 
     control_cls = "tasks.revoke:RecurControl"
+    amqp_cls = "tasks.app:RoutedAMQP"
 
     @cached_property
     def Worker(self) -> Any:
@@ -48,7 +62,8 @@ def celery_config(cfg: Settings) -> dict[str, Any]:
         "result_backend_transport_options": {"global_keyprefix": keys.celery_prefix(
             cfg.key_prefix)},
         # Publisher confirms: apply_async returns only once the broker has the message.
-        "broker_transport_options": {"confirm_publish": True},
+        "broker_transport_options": {"confirm_publish": True,
+                                     **blocked_callbacks(cfg.broker_url)},
         "broker_connection_retry_on_startup": True,
         "task_serializer": "json",
         "result_serializer": "json",

@@ -19,6 +19,7 @@ from tasks import aio, many
 from tasks.distlock.runtime import numbered_at_submit
 from tasks.flow.defaults import deferral
 from tasks.flow.submit import placed_at_submit
+from tasks.outcome import tamed
 from tasks.settle import StoreCall, live_dispatch, run_dispatched
 from tasks.stored_result import StoredResult, forget_last_run, forget_previous, stored_result
 
@@ -153,7 +154,13 @@ class MessageTask(Task):  # type: ignore[misc]
         deferred = deferral(self, args, kwargs)
         if deferred is not None:
             return deferred
-        return aio.settle(self, super().__call__(*args, **kwargs))
+        try:
+            return aio.settle(self, super().__call__(*args, **kwargs))
+        except BaseException as exc:  # what the worker cannot take as it is (tasks/outcome.py)
+            failure = tamed(exc)
+            if failure is exc:
+                raise
+            raise failure.with_traceback(exc.__traceback__) from None
 
     def live_dispatch(self, delivered: Dispatch) -> Dispatch:
         """The dispatch as this run left it (its last delivery moves the lease stamp)."""

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import replace
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from celery.backends.redis import RedisBackend
 from celery.canvas import Signature
@@ -27,7 +27,7 @@ from celery.canvas import Signature
 from config.errors import ArgumentsMismatch, InvalidMessage, InvalidSchedule
 from config.settings import Settings, settings
 from routing.recurrence import check_call
-from scheduler.calls import PlanContext, store_plan, utcnow
+from scheduler.calls import CheckedOptions, PlanContext, store_plan, utcnow
 from scheduler.store import Job
 from tasks.stored_result import keeps_results
 
@@ -73,7 +73,8 @@ def planned(task: Any, calls: Iterable[Any], options: Mapping[str, Any],
     if shared.get("countdown") is None and shared.get("eta") is None:
         shared["countdown"] = 0  # due now, through the store
     request = task.request
-    batch = Batch(PlanContext.of(request, cfg), {})
+    batch = Batch(PlanContext.of(request, cfg), task.name, bool(task.recurs_by_payload),
+                  bool(task.ignore_result))
     for index, call in enumerate(calls):
         try:
             job = _job(task, call, shared, not_before, request, cfg, batch)
@@ -85,13 +86,27 @@ def planned(task: Any, calls: Iterable[Any], options: Mapping[str, Any],
         yield job
 
 
-class Batch(NamedTuple):
-    """What the calls of one ``apply_many`` share: the moment they are planned at, and
-    the signature check's verdict per call shape (whether arguments bind to a function
-    depends only on how many are positional and which keywords are given)."""
+@dataclass
+class Batch:
+    """What the calls of one ``apply_many`` share, so each is worked out once: the moment
+    they are planned at, the task's attributes (``task`` is often Celery's proxy), the
+    signature check's verdict per call shape (whether arguments bind to a function
+    depends only on how many are positional and which keywords are given) and the
+    shared options checked."""
 
     context: PlanContext
-    shapes: dict[tuple[int, tuple[str, ...]], str | None]
+    name: str
+    recurs_by_payload: bool
+    ignores_result: bool
+    shapes: dict[tuple[int, tuple[str, ...]], str | None] = field(default_factory=dict)
+    shared: CheckedOptions | None = None
+
+    def checked(self, shared: Mapping[str, Any]) -> CheckedOptions:
+        """The shared options checked, on the first call that uses them (a refusal names
+        that call, after what is wrong with it before them)."""
+        if self.shared is None:
+            self.shared = CheckedOptions.of(shared, self.context.now)
+        return self.shared
 
 
 def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request: Any,
@@ -110,12 +125,12 @@ def _job(task: Any, call: Any, shared: dict[str, Any], not_before: Any, request:
     if shape not in batch.shapes:
         batch.shapes[shape] = signature_problem(task, args, kwargs)
     if batch.shapes[shape] is not None:
-        raise ArgumentsMismatch("args", f"do not fit {task.name}: {batch.shapes[shape]}")
-    if task.recurs_by_payload:
+        raise ArgumentsMismatch("args", f"do not fit {batch.name}: {batch.shapes[shape]}")
+    if batch.recurs_by_payload:
         check_call(args, kwargs)
-    plan = store_plan(task.name, args, kwargs, options, job_key, request, cfg,
-                      not_before=not_before, ignores_result=bool(task.ignore_result),
-                      context=batch.context)
+    plan = store_plan(batch.name, args, kwargs, options, job_key, request, cfg,
+                      not_before=not_before, ignores_result=batch.ignores_result,
+                      context=batch.context, checked=None if own else batch.checked(shared))
     if plan is None or plan.reschedule_of is not None:
         raise InvalidSchedule("the running task's own job: reschedule it with apply_async")
     return plan.job

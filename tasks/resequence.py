@@ -30,7 +30,7 @@ from config.errors import ConfigError, PermanentFailure, RecurError, ServiceUnav
 from config.settings import settings
 from routing.messages import Message
 from routing.queues import OUTBOUND
-from routing.redis_client import get_redis
+from routing.redis_client import get_redis, out_of_memory
 from routing.reseq.intake import CeleryFace, use_celery
 from routing.reseq.state import Resequencer
 from scheduler.outages import budget_for, ride_out
@@ -167,8 +167,9 @@ def hand_back(task: MessageTask, exc: ServiceUnavailable, destination: str,
     """Publish the message again (same task id) and let this delivery be acknowledged: a
     result that cannot be kept now is made again later, never lost with a failed task
     (its dead letter, replayed after the sender skipped it, would be dropped as late)."""
-    log.warning("destination %s: seq %d: %s; handing the message back to its queue",
-                destination, seq, exc)
+    log.log(logging.INFO if out_of_memory(exc) else logging.WARNING,  # said once a minute
+            "destination %s: seq %d: %s; handing the message back to its queue",
+            destination, seq, exc)
     request = task.request
     try:
         Task.apply_async(task, request.args, request.kwargs, task_id=request.id,

@@ -55,6 +55,8 @@ class RunState:
     settled: bool = False
     #: ``time.time()`` when the run passed its token check and started (its lateness).
     started_at: float | None = None
+    #: The run's reschedule its row took: a second one in the same run is refused.
+    rescheduled: ScheduledJob | None = None
 
 
 def _state_on(request: Any) -> RunState | None:
@@ -98,12 +100,20 @@ class StoreCall(StorePlan):
             schedule_job(store, job, cfg)  # a commit shared with concurrent calls
             return ScheduledJob(job.job_key, job.due_at)
         state = run_state(request)
+        if state.rescheduled is not None:  # its row is no longer dispatched to this run
+            log.warning("job %s: this run already rescheduled it (due %s); a second reschedule "
+                        "(due %s) is ignored: a run reschedules its own job once", job.job_key,
+                        state.rescheduled.due_at.isoformat(), job.due_at.isoformat())
+            return ScheduledJob(job.job_key, state.rescheduled.due_at, False)
         state.pending = self  # until it is written: no finish for this run
         accepted = ride_out(f"job {job.job_key}: reschedule",
                             lambda: self.reschedule(store, cfg), budget_left(request, cfg))
         state.pending = None
         state.settled = True  # this run decided its row's fate: no finish
-        return ScheduledJob(job.job_key, job.due_at, accepted)
+        written = ScheduledJob(job.job_key, job.due_at, accepted)
+        if accepted:
+            state.rescheduled = written
+        return written
 
     def reschedule(self, store: SettleStore, cfg: Settings) -> bool:
         """The token-checked reschedule (in a statement shared with the process's
@@ -152,7 +162,7 @@ def run_dispatched(request: Any, dispatch: Dispatch, cfg: Settings,
     (:mod:`scheduler.outages`); :class:`StoreUnavailable` means the budget ran out.
     """
     state = run_state(request)
-    state.outage_deadline = None  # a new run: a whole budget
+    state.outage_deadline = state.rescheduled = None  # a new run: a whole budget
     state.dispatch = dispatch
 
     def budget() -> float:

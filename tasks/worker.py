@@ -14,12 +14,14 @@ from typing import Any
 
 from celery.apps.worker import Worker
 from celery.concurrency.prefork import TaskPool as PreforkPool
+from celery.concurrency.thread import TaskPool as ThreadsPool
 
 from config.buckets import Bucket
 from config.buckets_in_use import bucket_table
 from tasks import aio
 from tasks.ack_flush import flush_acks_often
 from tasks.due_timers import fire_every_due_timer
+from tasks.thread_pool import HandBackThreadsPool, leave_if_cold
 
 
 def single_bucket(queues: Any) -> Bucket | None:
@@ -41,6 +43,17 @@ class BucketWorker(Worker):  # type: ignore[misc]
         me: Any = self
         aio.set_worker_limits(me.time_limit, me.soft_time_limit)
         super().setup_instance(queues=queues, **kwargs)
+
+    def on_init_blueprint(self) -> None:
+        me: Any = self  # a cold shutdown of a threads pool ends (tasks/thread_pool.py)
+        if me.pool_cls is ThreadsPool:
+            me.pool_cls = HandBackThreadsPool
+        super().on_init_blueprint()
+
+    def start(self) -> None:
+        super().start()
+        me: Any = self
+        leave_if_cold(me.pool, me.exitcode)
 
     def on_start(self) -> None:
         super().on_start()

@@ -42,14 +42,19 @@ PROCESS_MODULES = frozenset({
     "test_tracing_workers", "test_destination_rate", "test_bucket_rate_workers",
     "test_stored_result", "test_fair_share_process",
     "test_scheduler_idle", "test_bench_quiet", "test_store_hostile_roles",
-    "test_topology_conflicts"})
+    "test_topology_conflicts", "test_job_races", "test_misbehaving_tasks"})
+
+
+#: Process modules run in the faults line instead: the two lines run side by side on CI's two
+#: cores, so their sums of durations are kept about equal (`pytest --durations=0`).
+FAULTS_LINE_MODULES = frozenset({"test_seed_sinks", "test_seed_end_to_end"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Put each process-starting test in its line (an xdist group; no-op without -n)."""
     for item in items:
         path = Path(str(item.path))
-        if path.parent.name == "faults":
+        if path.parent.name == "faults" or path.stem in FAULTS_LINE_MODULES:
             item.add_marker(pytest.mark.xdist_group("faults"))
         elif path.stem in PROCESS_MODULES:
             item.add_marker(pytest.mark.xdist_group("processes"))

@@ -32,6 +32,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from amqp.exceptions import AMQPError, MessageNacked, NotFound
@@ -41,6 +42,7 @@ from kombu.exceptions import KombuError
 from config.errors import BrokerUnavailable, InvalidMessage, ResequencerFull, UnknownDestination
 from config.settings import Settings
 from routing.deadletter import check_limit, peek
+from routing.routed import routed
 
 #: Queue-name prefix of the destinations' dead letters.
 QUEUE_PREFIX = "outbound.dead."
@@ -124,15 +126,17 @@ def publish(cfg: Settings, dead: DeadLetter) -> None:
                       transport_options={"confirm_publish": True})
     try:
         with pools.connections[conn].acquire(block=True, timeout=10) as pooled:
-            pooled.Producer().publish(
-                dead.body(), exchange="", routing_key=queue.name, declare=[queue],
+            producer = pooled.Producer()  # mandatory: a queue deleted since is declared again
+            routed(producer, partial(
+                producer.publish, dead.body(), exchange="", routing_key=queue.name,
+                declare=[queue], mandatory=True,
                 delivery_mode=2, content_type="application/json", content_encoding="utf-8",
                 message_id=f"{dead.destination}:{dead.seq}", timeout=10, confirm_timeout=10,
                 headers={"x-recur-destination": dead.destination, "x-recur-seq": dead.seq,
                          "x-recur-status": dead.status or 0,
                          "x-recur-reason": dead.reason[:500]},
                 retry=True, retry_policy={"max_retries": 2, "interval_start": 0.5,
-                                          "interval_step": 1})
+                                          "interval_step": 1}), extra=[queue])
     except BROKER_ERRORS as exc:
         raise BrokerUnavailable(f"broker: cannot set aside seq {dead.seq} of destination "
                                 f"{dead.destination!r} in {queue.name}: "

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -25,12 +25,13 @@ from config.settings import Settings
 from routing import redis_client
 from routing.redis_client import EXTEND_LEASE, Script
 from routing.reseq.lease import lease_ms
+from routing.reseq.status_reading import RATE_WAITS as RATE_WAITS  # pace.py's import
+from routing.reseq.status_reading import Reading
+from routing.reseq.status_reading import Status as Status  # and tasks/metrics' import
 from routing.reseq.stored import stored_seq
 
 #: Skip records kept per destination (newest first); the counter counts them all.
 SKIPPED_KEPT = 1000
-#: The stats field of sends that waited for their slot (gcra.lua's, label 'rate').
-RATE_WAITS = "deferred:rate"
 
 
 def redis_errors(what: str) -> redis_client.redis_errors:
@@ -62,53 +63,6 @@ class Next:
     buffered: int
     #: Whether the destination has an outage on record (see ``mark_outage``).
     outage: bool = False
-
-
-@dataclass(frozen=True)
-class Outage:
-    """A destination's current outage: since when, and what its last try got."""
-
-    since: float  # epoch seconds
-    last: float
-    #: The last answer's status (0: no answer at all: timeout, connection refused).
-    status: int
-    reason: str
-    tries: int
-    #: The sequence number waiting (nothing after it goes out meanwhile).
-    seq: int
-    #: 'refused' (not ready: 401, 404, 3xx, ...) or 'unavailable' (5xx, timeout, ...).
-    kind: str
-
-    @classmethod
-    def of(cls, raw: dict[str, str]) -> Outage | None:
-        """From the outage hash (None: no outage, or a record too broken to read)."""
-        try:
-            return cls(int(raw["since"]) / 1000, int(raw["last"]) / 1000, int(raw["status"]),
-                       raw["reason"], int(raw["tries"]), int(raw["seq"]), raw["kind"])
-        except (KeyError, ValueError):
-            return None
-
-
-@dataclass(frozen=True)
-class Status:
-    """A destination at a glance (``recur resequencer status``)."""
-
-    destination: str
-    next_seq: int
-    assigned: int
-    buffered: int
-    in_flight: int
-    sent: int
-    skipped: int
-    late: int
-    sender_active: bool
-    #: Messages set aside in the destination's dead letter (routing/reseq/dead_letters.py).
-    dead_lettered: int = 0
-    #: Tries the destination held back or refused, by status ("401": 12).
-    refused: dict[str, int] = field(default_factory=dict)
-    outage: Outage | None = None
-    #: Sends that waited for their slot under the destination's rate (routing/reseq/pace.py).
-    rate_waits: int = 0
 
 
 class Resequencer:
@@ -267,26 +221,9 @@ class Resequencer:
         return sorted(str(m) for m in members)
 
     def status(self, destination: str) -> Status:
-        """Counters and positions of one destination."""
-        with redis_errors("read a destination's status"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.get(self.key(destination, "sent"))
-            pipe.get(self.key(destination, "seq"))
-            pipe.hlen(self.key(destination, "buffer"))
-            pipe.hgetall(self.key(destination, "stats"))
-            pipe.exists(self.key(destination, "sender"))
-            pipe.hgetall(self.key(destination, keys.OUTAGE))
-            sent, assigned, buffered, stats, sender, outage = pipe.execute()
-        sent, assigned = int(sent or 0), int(assigned or 0)
-        refused = {name.partition(":")[2]: int(count) for name, count in stats.items()
-                   if name.startswith("refused:")}
-        return Status(destination=destination, next_seq=sent + 1, assigned=assigned,
-                      buffered=int(buffered), in_flight=assigned - sent - int(buffered),
-                      sent=int(stats.get("sent", 0)), skipped=int(stats.get("skipped", 0)),
-                      late=int(stats.get("late", 0)), sender_active=bool(sender),
-                      dead_lettered=int(stats.get("dead", 0)), refused=refused,
-                      outage=Outage.of(outage) if outage else None,
-                      rate_waits=int(stats.get(RATE_WAITS, 0)))
+        """Counters and positions of one destination; what another program wrote there is
+        named in ``unreadable`` and read as nothing (routing/reseq/status_reading.py)."""
+        return Reading(self.client, self.cfg.key_prefix).status(destination)
 
     def skipped(self, destination: str, limit: int = 100) -> list[dict[str, Any]]:
         """The newest skip records of a destination, newest first."""

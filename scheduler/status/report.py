@@ -108,11 +108,12 @@ def read_histogram(source: StatusSource, report: Report) -> None:
 def read_destinations(cfg: Settings, report: Report) -> None:
     from routing.rate_counters import counters
     from routing.redis_client import get_redis
-    from routing.reseq.state import Resequencer
+    from routing.reseq.status_reading import Reading
 
     try:
-        reseq = Resequencer(get_redis(), cfg)
-        report.destinations = [reseq.status(name) for name in reseq.destinations()]
+        reading = Reading(get_redis(), cfg.key_prefix)  # a key another program wrote: named
+        report.destinations = [reading.status(name) for name in reading.destinations()]
+        report.failures.extend(reading.unreadable)
         report.rate_limited = counters(get_redis(), cfg.key_prefix)
     except Exception as exc:
         report.failures.append(_failure(exc))

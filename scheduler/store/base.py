@@ -19,7 +19,12 @@ from sqlalchemy import Connection, Engine
 
 from scheduler.refusals import Refusal
 from scheduler.store import hot_sql
-from scheduler.store.connection import connect_raw, load_sqlalchemy, store_errors
+from scheduler.store.conflicts import rerun_conflicts
+from scheduler.store.connection import (
+    connect_raw,
+    load_sqlalchemy,
+    store_errors,
+)
 from scheduler.store.journal import SettleJournal
 from scheduler.store.queries import (
     JOURNALED,
@@ -128,8 +133,10 @@ class StoreCore:
         a code in the cache is always one the table holds.
         """
         if any(name not in self._codes for name in names):
-            with self.transaction("register task names") as conn:
-                self._remember(task_codes(conn, names))
+            def register() -> None:
+                with self.transaction("register task names") as conn:
+                    self._remember(task_codes(conn, names))
+            rerun_conflicts(register)  # two processes' first calls register at once
         return self._codes
 
     def _remember(self, codes: dict[str, int]) -> None:

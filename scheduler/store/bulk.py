@@ -28,8 +28,8 @@ from typing import Protocol
 from sqlalchemy.engine import make_url
 
 from scheduler.store.base import task_codes
+from scheduler.store.conflicts import CONFLICTS
 from scheduler.store.connection import (
-    DEADLOCK,
     KEY_TAKEN,
     connect_url,
     is_sqlite,
@@ -173,7 +173,7 @@ class PostgresBulk(_Closing):
             for attempt in range(1, MERGE_ATTEMPTS + 1):
                 try:
                     return BulkResult(rows, self._copy(COPY_STAGE, data, MERGE_STAGE))
-                except DEADLOCK:
+                except CONFLICTS:  # another loader's merge deadlocked with this one
                     if attempt == MERGE_ATTEMPTS:
                         raise
         raise AssertionError("unreachable: the last attempt returns or raises")

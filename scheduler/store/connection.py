@@ -7,7 +7,9 @@ takes the write lock at its start instead of failing half-way on an upgrade.
 PostgreSQL is opened through SQLAlchemy, or as a plain psycopg connection for
 the hot paths (``RawStatements``, the seed's COPY, the fill locks). A
 SQLAlchemy, psycopg or sqlite3 error is turned into :class:`StoreUnavailable`
-(the database cannot be reached) or :class:`StoreError` by :func:`translated`.
+(the database cannot be reached) or :class:`StoreError` by :func:`translated`. A
+transaction the server rolled back for a concurrent one's sake is run again by
+scheduler/store/conflicts.py. Every PostgreSQL connection runs at READ COMMITTED.
 
 SQLAlchemy is imported only when an engine is made: a worker on PostgreSQL settles its
 rows on psycopg alone (scheduler/store/worker_store.py) and never loads it (~12 MB per
@@ -17,6 +19,7 @@ raised before).
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -32,11 +35,13 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 register_driver(psycopg.Error, "due-jobs database")
+register_driver(sqlite3.Error, "due-jobs database")  # raw, as schema_check's write probe
 
 #: A direct COPY that meets one of these goes over to the merge (scheduler/store/bulk.py).
 KEY_TAKEN = (psycopg.errors.UniqueViolation, psycopg.errors.DeadlockDetected)
-#: Two loaders' merges deadlocked (the loser tries again).
-DEADLOCK = psycopg.errors.DeadlockDetected
+#: Every PostgreSQL connection recur opens runs at READ COMMITTED (connect_libpq, make_engine).
+READ_COMMITTED_LEVEL = "READ COMMITTED"
+READ_COMMITTED = "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED"
 #: A statement waited ``lock_timeout`` for a lock (scheduler/store/fill_lock.py).
 LOCK_TIMED_OUT = psycopg.errors.LockNotAvailable
 #: The server ended the session (an InternalError to psycopg): its connection is gone.
@@ -60,7 +65,7 @@ def load_sqlalchemy() -> None:
 def is_driver_error(exc: BaseException) -> bool:
     """A psycopg error, or SQLAlchemy's (only once SQLAlchemy is loaded: before, none
     can be raised)."""
-    if isinstance(exc, psycopg.Error):
+    if isinstance(exc, psycopg.Error | sqlite3.Error):
         return True
     loaded = sys.modules.get("sqlalchemy.exc")
     return loaded is not None and isinstance(exc, loaded.SQLAlchemyError)
@@ -78,7 +83,8 @@ def make_engine(url: str, session_sql: str | None = None) -> Engine:
         # No pre-ping (a round trip per checkout): a connection that broke fails
         # one operation (StoreUnavailable, retried by the caller) and SQLAlchemy
         # then discards the whole pool.
-        engine = create_engine(url, pool_size=4, max_overflow=4)
+        engine = create_engine(url, pool_size=4, max_overflow=4,
+                               isolation_level=READ_COMMITTED_LEVEL)
         if session_sql:
             @event.listens_for(engine, "connect")
             def _on_pg_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -131,24 +137,36 @@ def shown_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
 
 
+def connect_libpq(*cargs: Any, **cparams: Any) -> psycopg.Connection[Any]:
+    """A new autocommit psycopg connection (the caller closes it; wrap the call in
+    :func:`translated`), at READ COMMITTED whatever the server's, role's or database's
+    default: recur's statements wait for a row's lock rather than fail (a REPEATABLE READ
+    or SERIALIZABLE default made every concurrent write of one job a serialization error)."""
+    conn = psycopg.connect(*cargs, **cparams, autocommit=True)
+    try:
+        conn.execute(READ_COMMITTED)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 def connect_raw(engine: Engine) -> psycopg.Connection[Any]:
-    """A new autocommit psycopg connection to ``engine``'s database (the caller closes
-    it; wrap the call in :func:`translated`)."""
+    """A new autocommit psycopg connection to ``engine``'s database (:func:`connect_libpq`)."""
     cargs, cparams = engine.dialect.create_connect_args(engine.url)
-    return psycopg.connect(*cargs, **cparams, autocommit=True)
+    return connect_libpq(*cargs, **cparams)
 
 
 def connect_url(url: str, application_name: str) -> psycopg.Connection[Any]:
     """A new autocommit psycopg connection to the SQLAlchemy ``url``, named in
-    pg_stat_activity (the caller closes it; wrap the call in :func:`translated`)."""
-    return psycopg.connect(libpq_url(url), autocommit=True,
-                           application_name=application_name)
+    pg_stat_activity (:func:`connect_libpq`)."""
+    return connect_libpq(libpq_url(url), application_name=application_name)
 
 
 def is_outage(exc: BaseException) -> bool:
     """The database cannot be reached (or the connection broke), as opposed to a
     statement that failed on a working connection."""
-    if isinstance(exc, psycopg.OperationalError | SESSION_ENDED):
+    if isinstance(exc, psycopg.OperationalError | SESSION_ENDED | sqlite3.OperationalError):
         return True
     loaded = sys.modules.get("sqlalchemy.exc")
     if loaded is None:
@@ -176,6 +194,27 @@ def refused_settings(exc: BaseException) -> bool:
         return False
     text = " ".join(str(cause).split())
     return any(fragment in text for fragment in REFUSED_SETTINGS)
+
+
+#: SQLite's errors about the file itself (by the start of their error name), and what
+#: each says is wrong with it: waiting does not help, as it does for SQLITE_BUSY (another
+#: writer holds the lock), SQLITE_FULL (no space left) or SQLITE_IOERR.
+SQLITE_UNUSABLE = (
+    ("SQLITE_NOTADB", "is not a SQLite database (another program's file, or not a store)"),
+    ("SQLITE_CORRUPT", "is corrupt (a truncated or damaged copy): restore it from a backup"),
+    ("SQLITE_CANTOPEN", "cannot be opened (a directory, a missing or read-only directory, "
+                        "or a name too long)"),
+    ("SQLITE_READONLY", "is read-only (it or its -wal or -shm file is immutable or "
+                        "read-only, on a read-only mount, or opened with mode=ro)"))
+
+
+def unusable_file(exc: BaseException) -> str | None:
+    """What is wrong with the SQLite file, when ``exc`` (ours, from a driver error) is one
+    of :data:`SQLITE_UNUSABLE`; None for any other error."""
+    cause = getattr(exc.__cause__, "orig", exc.__cause__)
+    name = str(getattr(cause, "sqlite_errorname", ""))
+    return next((problem for prefix, problem in SQLITE_UNUSABLE if name.startswith(prefix)),
+                None)
 
 
 def rows_refused(exc: BaseException) -> bool:

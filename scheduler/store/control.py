@@ -30,6 +30,7 @@ from sqlalchemy import ColumnElement, and_, or_, true
 
 from scheduler.store import operator_queries as q
 from scheduler.store.base import StoreCore, task_codes
+from scheduler.store.conflicts import rerun_conflicts
 from scheduler.store.fair_queries import scheduled_in_due_order as in_due_order
 from scheduler.store.schema import DISPATCHED, SCHEDULED, SET_ASIDE, due_jobs
 
@@ -219,13 +220,20 @@ class JobControl:
             cursor = plan.cursor_of(self._row(rows[-1], names))
         return Page(jobs, len(rows), cursor, plan.index)
 
+    def _write(self, what: str, stmt: Any) -> list[Any]:
+        """The rows ``stmt`` returns, in a transaction of its own; run again when the server
+        rolled it back for a concurrent writer of its rows (a dispatch, a run's reschedule:
+        scheduler/store/conflicts.py)."""
+        def once() -> list[Any]:
+            with self.store.transaction(what) as conn:
+                return list(conn.execute(stmt))
+        return rerun_conflicts(once)
+
     def cancel(self, job_key: str) -> JobRow | None:
         """Delete the row ``job_key`` (whatever its state); the row as it was, or None."""
         names = self._names()
-        stmt = q.cancel_job(job_key)
-        with self.store.transaction("cancel a job") as conn:
-            row = conn.execute(stmt).first()
-        return None if row is None else self._row(row, names)
+        rows = self._write("cancel a job", q.cancel_job(job_key))
+        return self._row(rows[0], names) if rows else None
 
     def cancel_user(self, user: str,
                     then: Callable[[list[JobRow]], None] | None = None) -> Counter[str]:
@@ -237,8 +245,7 @@ class JobControl:
         stmt = q.cancel_user(self.user_of, user, CANCEL_BATCH)
         names = self._names()
         while True:
-            with self.store.transaction("cancel a user's jobs") as conn:
-                found = list(conn.execute(stmt))
+            found = self._write("cancel a user's jobs", stmt)
             if any(r.task_id not in names for r in found):  # a task first named since
                 names = self._names()
             rows = [self._row(r, names) for r in found]
@@ -252,10 +259,8 @@ class JobControl:
         """Make the scheduled row ``job_key`` due at ``due_at``, never pulled forward
         before it; None when it is not scheduled (missing or dispatched)."""
         names = self._names()
-        stmt = q.move_job(job_key, due_at, now)
-        with self.store.transaction("reschedule a job") as conn:
-            row = conn.execute(stmt).first()
-        return None if row is None else self._row(row, names)
+        rows = self._write("reschedule a job", q.move_job(job_key, due_at, now))
+        return self._row(rows[0], names) if rows else None
 
     def move_user(self, user: str, due_at: datetime, now: datetime) -> tuple[int, int]:
         """Move every scheduled row of ``user`` as :meth:`move` does, a batch of keys per
@@ -263,11 +268,13 @@ class JobControl:
         moved = left = 0
         after = ""
         while True:
-            with self.store.transaction("reschedule a user's jobs") as conn:
-                keys = list(conn.execute(q.user_keys(self.user_of, user, after,
-                                                     CANCEL_BATCH)).scalars())
-                done = len(list(conn.execute(q.move_jobs(self.store.dialect, keys, due_at,
-                                                         now)))) if keys else 0
+            def batch(after: str = after) -> tuple[list[str], int]:
+                with self.store.transaction("reschedule a user's jobs") as conn:
+                    keys = list(conn.execute(q.user_keys(self.user_of, user, after,
+                                                         CANCEL_BATCH)).scalars())
+                    return keys, len(list(conn.execute(q.move_jobs(
+                        self.store.dialect, keys, due_at, now)))) if keys else 0
+            keys, done = rerun_conflicts(batch)
             moved, left = moved + done, left + len(keys) - done
             if len(keys) < CANCEL_BATCH:
                 return moved, left

@@ -22,6 +22,7 @@ from functools import cache
 from scheduler.periodic import PeriodicEntry
 from scheduler.store import periodic_entries, readings, sweeps
 from scheduler.store.base import StoreCore
+from scheduler.store.conflicts import rerun_conflicts
 from scheduler.store.connection import make_engine
 from scheduler.store.fair import claim_rows
 from scheduler.store.hot_sql import PUBLISHING
@@ -83,8 +84,11 @@ class DueStore(StoreCore):
                  "created_at": now, "updated_at": now}
                 for j in jobs]
         stmt = _upsert_jobs(self.dialect)
-        with self.transaction("schedule jobs") as conn:
-            conn.execute(stmt, rows)
+
+        def upsert() -> None:  # run again when a concurrent writer's made it roll back
+            with self.transaction("schedule jobs") as conn:
+                conn.execute(stmt, rows)
+        rerun_conflicts(upsert)
 
     # -- workers ---------------------------------------------------------------
 

@@ -18,15 +18,16 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
 from functools import cache
+from itertools import count
 from typing import Any
 
 import psycopg
 from psycopg.copy import QueuedLibpqWriter
 from sqlalchemy import Column, Dialect, MetaData, SmallInteger, Table, Text, select
 
-from config.errors import StoreError
 from scheduler.store.bulk import copy_field
-from scheduler.store.connection import DEADLOCK, KEY_TAKEN, store_errors
+from scheduler.store.conflicts import is_conflict, rerun_conflicts
+from scheduler.store.connection import KEY_TAKEN, store_errors
 from scheduler.store.core import DueStore
 from scheduler.store.queries import upsert_jobs
 from scheduler.store.records import Job
@@ -70,8 +71,6 @@ PENDING = object()
 #: The stores that met a key already in due_jobs: they stage and merge from then on (a
 #: producer that sends a key again keeps doing so; a direct COPY that fails is lost work).
 _merging: weakref.WeakSet[DueStore] = weakref.WeakSet()
-#: Transactions tried when a concurrent writer's locks deadlock with the merge.
-ATTEMPTS = 3
 #: Lines handed to COPY at a time: small, so the server takes one while the next calls
 #: are checked (a large one waits for the socket).
 CHUNK = 500
@@ -107,11 +106,15 @@ class _Rows:
 
     def text(self, jobs: Iterable[Job]) -> Iterator[bytes]:
         batch: list[str] = []
+        due: datetime | None = None  # the last due time written: calls often share theirs
+        due_text = ""
         for j in jobs:
+            if j.due_at is not due:
+                due, due_text = j.due_at, j.due_at.isoformat()
             early = _NO_FLOOR_TEXT if j.early_at is None else j.early_at.isoformat()
             batch.append(f"{copy_field(j.job_key)}\t{self.code(j.task)}\t"
                          f"{copy_field(j.bucket)}\t{copy_field(j.args)}\t"
-                         f"{j.due_at.isoformat()}\t{early}\n")
+                         f"{due_text}\t{early}\n")
             if len(batch) == CHUNK:
                 yield "".join(batch).encode()
                 batch.clear()
@@ -147,14 +150,12 @@ def schedule_many(store: DueStore, jobs: Iterable[Job], now: datetime,
         if kept:
             store.schedule(kept, now)
         return len(rows.keys)
-    for attempt in range(1, ATTEMPTS + 1):
-        try:
-            with store_errors(store.url, "write many jobs"):
-                return _write(store, rows, before_commit, retry=attempt > 1)
-        except StoreError as exc:
-            if not isinstance(exc.__cause__, DEADLOCK) or attempt == ATTEMPTS:
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")
+    tries = count()
+
+    def once() -> int:  # again (staged, every call already taken) after a conflict
+        with store_errors(store.url, "write many jobs"):
+            return _write(store, rows, before_commit, retry=next(tries) > 0)
+    return rerun_conflicts(once)
 
 
 def _write(store: DueStore, rows: _Rows, before_commit: Callable[[], None] | None,
@@ -172,8 +173,9 @@ def _write(store: DueStore, rows: _Rows, before_commit: Callable[[], None] | Non
                 if before_commit is not None:
                     before_commit()
             committed = True
-        except psycopg.OperationalError:
-            conn.invalidate()  # broken: not back to the pool
+        except psycopg.OperationalError as exc:
+            if not is_conflict(exc):  # rolled back for another writer: the session is sound
+                conn.invalidate()  # broken: not back to the pool
             raise
         finally:
             if info.get(STAGED) is PENDING:  # committed: kept; rolled back: gone

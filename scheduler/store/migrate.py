@@ -22,12 +22,17 @@ from scheduler.store.schema_check import (
     VERSION_TABLE,
     check_schema,
     current_revision,
+    file_refusals,
     head_revision,
     missing_sqlite_file,
+    sqlite_path_problem,
+    sqlite_unwritable,
+    unknown_revision,
 )
 
 __all__ = ["MIGRATIONS", "VERSION_TABLE", "alembic_config", "alembic_head", "check_schema",
-           "current_revision", "head_revision", "missing_sqlite_file", "upgrade"]
+           "current_revision", "head_revision", "missing_sqlite_file", "sqlite_path_problem",
+           "sqlite_unwritable", "upgrade"]
 
 
 def alembic_config() -> Config:
@@ -46,10 +51,15 @@ def upgrade(engine: Engine, revision: str = "head") -> str:
     that names no migration is :class:`InvalidArgument` before anything is opened."""
     cfg = alembic_config()
     _check_revision(cfg, revision)
-    current_revision(engine)  # a search_path naming no usable schema: say so, not alembic
-    with translated(f"due-jobs database {engine.url!r}"), engine.begin() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, revision)
+    if (refused := sqlite_path_problem(engine)) is not None:  # a directory, none to make it in
+        raise refused
+    with file_refusals(engine):  # not a database, corrupt, read-only: say so, not SQLite
+        have = current_revision(engine)  # a search_path naming no usable schema: say so
+        if (newer := unknown_revision(engine.url, have)) is not None:  # not alembic's trace
+            raise newer
+        with translated(f"due-jobs database {engine.url!r}"), engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
     if revision == "head":  # indexes a stopped seed left unbuilt (bulk_indexes.py)
         build_missing(engine)
     return current_revision(engine) or ""

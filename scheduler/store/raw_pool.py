@@ -19,6 +19,7 @@ from typing import Any
 import psycopg
 
 from config.errors import StoreUnavailable
+from scheduler.store.conflicts import rerun_conflicts
 from scheduler.store.connection import translated
 from scheduler.store.hot_sql import HotSql
 from scheduler.store.text_queries import DURABLE_TRANSACTION, SETTLE_SESSION
@@ -130,23 +131,32 @@ class RawStatements:
                 self._free.put(conn)
 
     def execute(self, what: str, stmt: Statement, params: dict[str, Any]) -> tuple[Any, int]:
+        """One autocommitted statement: (its first row or None, its rowcount); run again
+        if the server rolled it back for a concurrent writer (connection.py)."""
         sql, defaults = self._sql(stmt)
-        with self._connection(what) as conn:
-            cur = conn.execute(sql, {**defaults, **params})
-            return (cur.fetchone() if cur.description else None), cur.rowcount
+
+        def once() -> tuple[Any, int]:
+            with self._connection(what) as conn:
+                cur = conn.execute(sql, {**defaults, **params})
+                return (cur.fetchone() if cur.description else None), cur.rowcount
+        return rerun_conflicts(once)
 
     def execute_many(self, what: str, stmt: Statement, rows: list[dict[str, Any]]) -> None:
         """``stmt`` for each of ``rows`` in one durable transaction (psycopg pipelines
         them: one round trip). One row is executed plainly: a pipeline waits for the
         socket to be readable or writable, and it is always writable, so the wait for the
-        commit's answer polls in a loop (~80 µs of client CPU a call, measured)."""
+        commit's answer polls in a loop (~80 µs of client CPU a call, measured). Run
+        again if the server rolled it back for a concurrent writer (connection.py)."""
         sql, defaults = self._sql(stmt)
-        with self._connection(what) as conn, conn.transaction():
-            conn.execute(DURABLE_TRANSACTION)
-            if len(rows) == 1:
-                conn.execute(sql, {**defaults, **rows[0]})
-            else:
-                conn.cursor().executemany(sql, [{**defaults, **row} for row in rows])
+
+        def once() -> None:
+            with self._connection(what) as conn, conn.transaction():
+                conn.execute(DURABLE_TRANSACTION)
+                if len(rows) == 1:
+                    conn.execute(sql, {**defaults, **rows[0]})
+                else:
+                    conn.cursor().executemany(sql, [{**defaults, **row} for row in rows])
+        rerun_conflicts(once)
 
     @contextmanager
     def transaction(self, what: str) -> Iterator[Run]:

@@ -21,7 +21,7 @@ import psycopg
 from config.errors import SchemaOutOfDate
 from scheduler.store import hot_sql, status_sql
 from scheduler.store import status_readings as sr
-from scheduler.store.connection import libpq_url, shown_url, store_errors, translated
+from scheduler.store.connection import connect_libpq, libpq_url, shown_url, store_errors, translated
 
 
 def _utc(value: Any) -> Any:
@@ -57,7 +57,7 @@ class StatusReader:
         from scheduler.store.schema_check import VERSION_TABLE, head_revision, no_usable_schema
 
         with translated(f"due-jobs database {self.url}"):
-            self._conn = psycopg.connect(self._libpq, autocommit=True)
+            self._conn = connect_libpq(self._libpq)
             present = self._rows(hot_sql.TABLE_EXISTS, {"table": VERSION_TABLE})[0][0]
             if not present and (nowhere := no_usable_schema(
                     self.url, self._rows(hot_sql.CURRENT_SCHEMA, {})[0])) is not None:

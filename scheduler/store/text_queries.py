@@ -16,6 +16,11 @@ SQLITE_SESSION = ("PRAGMA journal_mode=WAL", f"PRAGMA busy_timeout={SQLITE_BUSY_
                   "PRAGMA synchronous=NORMAL")
 #: sqlite_begin: take the write lock at the start, not half-way on an upgrade.
 SQLITE_BEGIN = "BEGIN IMMEDIATE"
+#: sqlite_try_write: whether the file can be written: its header's user_version written
+#: as it is, in a transaction rolled back (schema_check.sqlite_unwritable).
+SQLITE_USER_VERSION = "PRAGMA user_version"
+SQLITE_SET_USER_VERSION = "PRAGMA user_version = {version:d}"
+SQLITE_ROLLBACK = "ROLLBACK"
 #: settle_session: the worker's per-job writes do not wait for the WAL flush
 #: (the settle journal covers them).
 SETTLE_SESSION = "SET synchronous_commit TO off"

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
-from config.errors import SchemaOutOfDate
+from config.errors import SchemaOutOfDate, StoreUnavailable, StoreUnusable
 from scheduler.store import hot_sql
-from scheduler.store.connection import is_sqlite, libpq_url, shown_url
+from scheduler.store.conflicts import rerun_conflicts
+from scheduler.store.connection import connect_libpq, is_sqlite, libpq_url, shown_url
 from scheduler.store.raw_pool import RawStatements
 from scheduler.store.records import Job
 from scheduler.store.settle_batch import RawStore, live_of
@@ -71,7 +72,7 @@ class WorkerStore:
         return store
 
     def _connect(self) -> psycopg.Connection[Any]:
-        return psycopg.connect(self._libpq, autocommit=True)
+        return connect_libpq(self._libpq)
 
     def _run(self) -> RawStatements:
         assert self._raw is not None
@@ -152,11 +153,13 @@ class WorkerStore:
         """Every known task name's code, ``names`` registered first if new (committed
         before the rows that use them, as base.task_codes)."""
         if any(name not in self._codes for name in names):
-            with self._run().transaction("register task names") as run:
-                known = {str(n): int(c) for c, n in run(hot_sql.TASK_CODES, {})}
-                for name in sorted(set(names) - known.keys()):
-                    run(hot_sql.REGISTER_TASK, {"name": name})
-                self._codes = {str(n): int(c) for c, n in run(hot_sql.TASK_CODES, {})}
+            def register() -> None:
+                with self._run().transaction("register task names") as run:
+                    known = {str(n): int(c) for c, n in run(hot_sql.TASK_CODES, {})}
+                    for name in sorted(set(names) - known.keys()):
+                        run(hot_sql.REGISTER_TASK, {"name": name})
+                    self._codes = {str(n): int(c) for c, n in run(hot_sql.TASK_CODES, {})}
+            rerun_conflicts(register)  # two processes' first calls register at once
         return self._codes
 
     def close(self) -> None:
@@ -178,7 +181,12 @@ def get_worker_store(url: str) -> SettleStore:
     if is_sqlite(url):
         from scheduler.store.core import get_store
 
-        return get_store(url)
+        try:
+            return get_store(url)
+        except StoreUnusable as exc:  # the file broke after the start (checked then): to
+            if isinstance(exc, SchemaOutOfDate):  # a run an outage, ridden out, handed back
+                raise
+            raise StoreUnavailable(str(exc)) from exc
     key = (os.getpid(), url)
     if key not in _stores:
         _stores[key] = WorkerStore.open(url)
@@ -188,21 +196,31 @@ def get_worker_store(url: str) -> SettleStore:
 def check_store_at_start(url: str) -> str | None:
     """Raise StoreUnusable for a store a worker cannot run against (another schema revision,
     no usable schema, a role that cannot write), StoreUnavailable if it cannot be reached;
-    a warning when there is no store at all (a SQLite file that is not there: a worker
-    that never runs a stored job needs none, and nothing here creates it). Connections are
-    closed again: a prefork pool forks after this."""
+    a warning when there is no store at all (a SQLite file, or its directory, that is not
+    there: a worker that never runs a stored job needs none, and nothing here creates it).
+    Connections are closed again: a prefork pool forks after this."""
     if is_sqlite(url):
         from scheduler.store.core import DueStore
-        from scheduler.store.schema_check import check_schema, missing_sqlite_file
+        from scheduler.store.schema_check import (
+            check_schema,
+            missing_sqlite_file,
+            sqlite_path_problem,
+            sqlite_unwritable,
+        )
 
         store = DueStore.open(url, check=False)
         try:
             missing = missing_sqlite_file(store.engine)
-            if missing is not None:
-                return (f"due-jobs store {url}: {missing.resolve()} does not exist: this "
+            problem = sqlite_path_problem(store.engine)
+            if missing is not None and (problem is None or not missing.parent.is_dir()):
+                return (f"{problem}: this worker fails every stored job's run until then"
+                        if problem is not None else  # no store yet, nor its directory
+                        f"due-jobs store {url}: {missing.resolve()} does not exist: this "
                         "worker fails every stored job's run until `recur db upgrade` "
                         "creates it")
             check_schema(store.engine)
+            if (refused := sqlite_unwritable(store.engine)) is not None:
+                raise refused
         finally:
             store.close()
         return None

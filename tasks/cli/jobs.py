@@ -45,6 +45,11 @@ def celery_app() -> Any:
     return app
 
 
+#: Characters of a job key, user id, bucket or task name a text line shows, and of a job's
+#: message (``recur jobs show``): a 100 kB key written into the store stays one readable
+#: line, cut as config/text.py cuts; ``--json`` shows them whole.
+SHOWN, MESSAGE_SHOWN = 200, 2000
+
 IN_FLIGHT_NOTE = ("a copy in flight may finish its current run; its reschedule will be "
                   "dropped, so the job does not run again")
 
@@ -72,23 +77,26 @@ def describe(row: JobRow) -> str:
     when = ("lease until" if row.state == "dispatched" else "due at")
     early = ("never pulled forward" if row.early_at >= row.due_at else
              f"may be pulled forward from {row.early_at.isoformat()}")
-    lines = [f"job {visible(row.job_key)}", f"  state      {row.state} (token {row.token}, "
-             f"attempts {row.attempts})", f"  bucket     {visible(row.bucket)}",
-             f"  task       {visible(row.task)}",
+    message = json.dumps(message_of(row), separators=(",", ":"))
+    lines = [f"job {visible(row.job_key, SHOWN)}", f"  state      {visible(row.state, SHOWN)} "
+             f"(token {row.token}, attempts {row.attempts})",
+             f"  bucket     {visible(row.bucket, SHOWN)}",
+             f"  task       {visible(row.task, SHOWN)}",
              f"  {when:<10} {row.due_at.isoformat()}"]
     if row.state == "scheduled":
         lines.append(f"  floor      {early}")
     lines += [f"  runs       {row.runs} (runs that rescheduled it)",
               f"  last change {row.updated_at.isoformat()} (dispatch, reschedule or write)",
               f"  created    {row.created_at.isoformat()}",
-              f"  message    {json.dumps(message_of(row), separators=(',', ':'))}"]
+              f"  message    {visible(message, MESSAGE_SHOWN)}"]
     return "\n".join(lines)
 
 
 def line_of(row: JobRow) -> str:
     """One job on one line of ``recur jobs list``."""
-    return (f"{visible(row.job_key)}  {row.state:<10} {visible(row.bucket):<7} "
-            f"{row.due_at.isoformat()}  {visible(row.task)}  runs={row.runs}")
+    return (f"{visible(row.job_key, SHOWN)}  {visible(row.state, SHOWN):<10} "
+            f"{visible(row.bucket, SHOWN):<7} {row.due_at.isoformat()}  "
+            f"{visible(row.task, SHOWN)}  runs={row.runs}")
 
 
 def time_option(value: str | None) -> datetime | None:
@@ -154,9 +162,9 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
     with api.control(settings().database_url) as ctl:
         if user is not None:
             counts = revoke().cancel_user(celery_app(), ctl, user)  # REVOKED for each
-            others = "".join(f", {n} {visible(state)}" for state, n in sorted(counts.items())
+            others = "".join(f", {n} {visible(state, SHOWN)}" for state, n in sorted(counts.items())
                              if state not in ("scheduled", "dispatched"))
-            click.echo(f"cancelled {sum(counts.values())} job(s) of user {visible(user)}: "
+            click.echo(f"cancelled {sum(counts.values())} job(s) of user {visible(user, SHOWN)}: "
                        f"{counts['scheduled']} scheduled, {counts['dispatched']} dispatched"
                        f"{others}")
             if counts["dispatched"]:
@@ -165,11 +173,11 @@ def jobs_cancel(key: str | None, user: str | None) -> None:
         assert key is not None
         row = revoke().cancel_job(celery_app(), ctl, key)
     if row.state == "dispatched":
-        click.echo(f"cancelled job {visible(key)} (it was dispatched, token {row.token}): "
+        click.echo(f"cancelled job {visible(key, SHOWN)} (it was dispatched, token {row.token}): "
                    f"{IN_FLIGHT_NOTE}")
     else:
-        click.echo(f"cancelled job {visible(key)} (it was scheduled for {row.due_at.isoformat()}): "
-                   "it will not run")
+        click.echo(f"cancelled job {visible(key, SHOWN)} (it was scheduled for "
+                   f"{row.due_at.isoformat()}): it will not run")
 
 
 @jobs.command("reschedule")
@@ -185,7 +193,7 @@ def jobs_reschedule(key: str, delay: str | None, at: str | None) -> None:
     due = now + api.parse_duration(delay) if delay is not None else api.parse_time(at or "")
     with api.control(settings().database_url) as ctl:
         row = api.reschedule(ctl, key, due, now)
-    click.echo(f"job {visible(key)} now due at {row.due_at.isoformat()}")
+    click.echo(f"job {visible(key, SHOWN)} now due at {row.due_at.isoformat()}")
 
 
 @cli.group()

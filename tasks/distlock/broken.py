@@ -4,6 +4,7 @@ entries that are not jobs: tasks/distlock/unreadable.py.)"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import redis
@@ -16,10 +17,13 @@ TYPES = ("string", "hash", "zset", "zset", "set", "hash", "zset", "string", "has
 NUMBERS = {1: ("started", "done", "gapat")}
 COUNTER = 7
 
+log = logging.getLogger("recur.distlock")
+
 
 class LockRefused(LockUnavailable):
     """Redis answered but refused one user's lock call (a key of the wrong type or
-    holding garbage, or Redis out of memory): other users' calls go on."""
+    holding garbage; Redis out of memory is an outage, LockUnavailable): other users'
+    calls go on."""
 
 
 def refusal(client: redis.Redis, keys: tuple[bytes, ...], what: str,
@@ -30,6 +34,15 @@ def refusal(client: redis.Redis, keys: tuple[bytes, ...], what: str,
     why = (f"{wrong} (another program wrote it: fix or delete that key; until then the "
            f"jobs concerned wait in the broker): " if wrong else "")
     return LockRefused(f"Redis: {what}: {why}{said}")
+
+
+def lease_restored(key: str, kind: str, ttl: float) -> None:
+    """One ERROR line for a lock owner key another program wrote as a ``kind`` without an
+    expiry: lock.lua gave it one lease (``lease_restored``) and never deletes it, so the
+    user's jobs wait at most that lease instead of for ever."""
+    log.error("key %s is a %s without an expiry, where the lock keeps a string (another "
+              "program wrote it): given one lease (%gs, lease_restored); the user's jobs "
+              "run after it lapses", key, kind, ttl)
 
 
 def wrong_key(client: redis.Redis, keys: tuple[bytes, ...]) -> str:

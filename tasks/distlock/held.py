@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from celery.exceptions import Ignore, Retry
+from celery.exceptions import Ignore, Retry, TimeLimitExceeded
 
 from config.errors import LockUnavailable, LockWaitExceeded
 from config.settings import Settings
@@ -42,8 +42,8 @@ class Held:
             result = call()
             self.outcome = "done"
             return result
-        except Retry:
-            self.outcome = "retry"
+        except (Retry, TimeLimitExceeded):  # an async run given up at its hard limit is
+            self.outcome = "retry"              # delivered again: it keeps its place
             raise
         except Ignore:
             self.outcome = "done"

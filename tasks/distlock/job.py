@@ -18,6 +18,7 @@ from config import signing
 from config.errors import InvalidControlHeader
 from config.lazy_metrics import counter
 from config.text import brief
+from routing.redis_client import out_of_memory
 
 log = logging.getLogger("recur.distlock")
 
@@ -194,9 +195,12 @@ def refused(task: str, job_id: str, user: str, seq: int, why: str) -> None:
 
 def redis_down(task: str, job_id: str, user: str, delay: float, error: Exception,
                level: int = logging.WARNING) -> None:
-    EVENTS.labels("redis_down", task).inc()
-    log.log(level, "not run: lock of user %s unavailable for job %s (%s): %s; "
-                "re-enqueued in %.1fs (fail closed)", user, job_id, task, error, delay)
+    """Redis out of memory is event ``redis_oom``, said once a minute per process by
+    routing/redis_client.py: each job's line is INFO, not one WARNING per delivery."""
+    oom = out_of_memory(error)
+    EVENTS.labels("redis_oom" if oom else "redis_down", task).inc()
+    log.log(logging.INFO if oom else level, "not run: lock of user %s unavailable for job "
+            "%s (%s): %s; re-enqueued in %.1fs (fail closed)", user, job_id, task, error, delay)
 
 
 def park_full(task: str, job_id: str, user: str, seq: int, delay: float) -> None:

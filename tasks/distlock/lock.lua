@@ -163,7 +163,8 @@ end
 -- finished, or a copy of it ran), 3 passed over (a gap timeout skipped it:
 -- later jobs have started), 4 too old (the user's memory is gone and the job
 -- is past the wait budget), 5 never numbered (above the counter: forged),
--- 6 not parked (the user has `cap` parked jobs: it waits in the broker).
+-- 6 not parked (the user has `cap` parked jobs: it waits in the broker). A park
+-- that gave one lease to an owner key of another type adds " <its type>".
 local function acquire()
   local user, token, ttl, seq = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
   local started, done, known, gapat = marks()
@@ -213,9 +214,15 @@ local function acquire()
     count('duplicates')
     return '2 ' .. seq .. ' 0'
   end
+  local foreign = nil
   if first_waiting(seq) == seq then
-    local owner = redis.call('SET', KEYS[1], token, 'NX', 'PX', ttl, 'GET')
-    if not owner then
+    local owner = redis.pcall('SET', KEYS[1], token, 'NX', 'PX', ttl, 'GET')
+    if type(owner) == 'table' and owner.err then
+      if not string.find(owner.err, 'WRONGTYPE', 1, true) then return owner end
+      -- Another program's key of another type: held by it (parked below, never
+      -- overwritten or deleted); without an expiry it gets one lease, as a string would.
+      foreign = redis.call('TYPE', KEYS[1]).ok
+    elseif not owner then
       redis.call('HSET', KEYS[2], 'started', seq)
       if gapat then redis.call('HDEL', KEYS[2], 'gapat') end
       -- A user with parked jobs has a wake entry: bring it to this lease's end.
@@ -234,7 +241,11 @@ local function acquire()
     return '6 ' .. seq .. ' 0'
   end
   local pttl, now = redis.call('PTTL', KEYS[1]), now_ms()
-  if pttl == -1 then pttl = lease(ttl) end
+  local restored = ''
+  if pttl == -1 then
+    pttl = lease(ttl)
+    if foreign then restored = ' ' .. foreign end  -- store.py names the key once
+  end
   local deadline
   if pttl > 0 then
     count('busy')
@@ -245,7 +256,7 @@ local function acquire()
   end
   redis.call('ZADD', KEYS[4], seq, ARGV[6])
   redis.call('ZADD', KEYS[7], 'LT', deadline, user)
-  return '0 ' .. seq .. ' 0'
+  return '0 ' .. seq .. ' 0' .. restored
 end
 
 -- Release after a job and hand the lock to the next parked job.

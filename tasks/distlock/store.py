@@ -16,7 +16,7 @@ import redis
 from config import keys
 from config.errors import LockLineFull, LockUnavailable
 from routing.redis_client import EXTEND_LEASE, Script, redis_errors
-from tasks.distlock.broken import refusal
+from tasks.distlock.broken import lease_restored, refusal
 
 Outcome = Literal["done", "failed", "retry", "again"]
 #: acquire's answers (lock.lua): parked, acquired, duplicate, passed over, too old,
@@ -80,7 +80,9 @@ class LockStore:
         with redis_errors("cannot %s the lock of user %r", what, user, error=LockUnavailable):
             try:
                 return self.scripts[name](self.client, encoded, *args)
-            except redis.ResponseError as exc:  # Redis answered: this call's keys (or OOM)
+            except redis.exceptions.OutOfMemoryError:
+                raise  # Redis is full: an outage (redis_errors says so), not these keys
+            except redis.ResponseError as exc:  # Redis answered: this call's keys
                 raise refusal(self.client, encoded, f"cannot {what} the lock of user "
                               f"{user!r}", exc) from exc
 
@@ -100,7 +102,9 @@ class LockStore:
         answer = self._run("acquire", user, (user, token, _ms(ttl), seq, task_id, job,
                                              _ms(gap_timeout), self.keep_ms,
                                              int(since * 1000), _ms(budget), self.cap), "take")
-        status, seq_, fence = str(answer).split(" ", 2)
+        status, seq_, fence, *foreign = str(answer).split(" ")
+        if foreign:  # an owner key of another type, without an expiry: given one lease
+            lease_restored(self.user_keys(user)[0], foreign[0], ttl)
         return Attempt(int(status), int(seq_), int(fence))
 
     def extend(self, user: str, token: str, ttl: float) -> bool:

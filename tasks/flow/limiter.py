@@ -24,8 +24,8 @@ from tasks.flow.rates import Rate
 
 
 class LimitRefused(ServiceUnavailable):
-    """Redis answered but refused the limit's call (a key another program wrote, or Redis
-    out of memory): an operator must act; the job waits in the broker meanwhile."""
+    """Redis answered but refused the limit's call (a key another program wrote): an
+    operator must act; the job waits in the broker meanwhile."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,8 @@ def take(client: redis.Redis, prefix: str, key: str, job: str, bucket: str,
                 repr(rate.interval_ms), rate.burst, job, bucket, mode, repr(near * 1000.0),
                 repr(forgive * 1000.0),
                 LINE_GRACE_MS if line_grace is None else repr(line_grace * 1000.0))
+        except redis.exceptions.OutOfMemoryError:
+            raise  # Redis is full: an outage (redis_errors says so), not the limit's keys
         except redis.ResponseError as exc:  # Redis answered: say which key is not ours
             said = str(exc).split(" script: ")[0]
             raise LimitRefused(f"Redis: rate limit of {key}: {said}"

@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from config.errors import InvalidMessage, InvalidRateLimit, ServiceUnavailable
 from config.lazy_metrics import counter
 from config.settings import settings
-from routing.redis_client import get_redis
+from routing.redis_client import get_redis, out_of_memory
 from scheduler.bounds import Limits, job_key_problem
 from scheduler.wire import dispatch_of
 from tasks.flow import limiter
@@ -123,11 +123,13 @@ class LimitedCall:
         except ServiceUnavailable as exc:
             delay = REDIS_DOWN_BACKOFF * random.uniform(0.5, 1.5)
             where = send_back(self.task, self.args, self.kwargs, self.job, delay)
-            log.log(logging.ERROR if isinstance(exc, limiter.LimitRefused) else logging.WARNING,
+            oom = out_of_memory(exc)  # said once a minute (event redis_oom): INFO here
+            log.log(logging.INFO if oom else logging.ERROR
+                    if isinstance(exc, limiter.LimitRefused) else logging.WARNING,
                     "not run: rate limit of key %s unavailable for job %s (%s): %s; "
                     "back in the %s for %.1fs (fail closed)", self.key, self.job,
                     self.task.name, exc, where, delay)
-            return f"{DEFERRED_RESULT} key={self.key} redis-down"
+            return f"{DEFERRED_RESULT} key={self.key} {'redis-oom' if oom else 'redis-down'}"
         if decision.allowed:
             return None
         LIMITED.labels(self.bucket, self.task.name).inc()

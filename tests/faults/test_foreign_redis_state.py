@@ -124,6 +124,26 @@ def test_a_lock_left_without_expiry_lapses_after_one_lease(rt: Runtime) -> None:
     assert store.acquire("u", new_token(), 0.3, s1, "t1", job(1), GAP).status == ACQUIRED
 
 
+def test_a_lock_key_of_another_type_without_expiry_lapses_after_one_lease(
+        rt: Runtime, caplog: pytest.LogCaptureFixture) -> None:
+    """Another program's hash, list or set at a user's lock key (no TTL) is named once and
+    held for one lease, not for ever: the job parks and the reaper hands it over after."""
+    store = rt.store
+    writes = {"hash": lambda c, k: c.hset(k, "x", "y"), "list": lambda c, k: c.rpush(k, "x"),
+              "set": lambda c, k: c.sadd(k, "x")}
+    for kind, write in writes.items():
+        owner, seq = store.user_keys(kind)[0], store.submit(kind)
+        write(store.client, owner)
+        with caplog.at_level(logging.ERROR, "recur.distlock"):
+            assert store.acquire(kind, new_token(), 0.3, seq, "t1", job(1), GAP).status == PARKED
+        assert store.client.type(owner) == kind  # kept, not deleted or overwritten
+        assert 0 < store.client.pttl(owner) <= 300
+        assert f"key {owner} is a {kind} without an expiry" in caplog.text
+        wait_for(lambda k=kind: store.wake(k, 0.3, GAP) is not None, 5,
+                 f"the {kind} at the lock key to lapse and the job to be handed over")
+    assert store.stats()["lease_restored"] == 3
+
+
 def test_one_users_broken_keys_hold_up_neither_the_reaper_nor_the_watchdog(
         rt: Runtime, broker: Connection, caplog: pytest.LogCaptureFixture) -> None:
     store, keeper = rt.store, rt.keeper

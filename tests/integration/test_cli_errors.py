@@ -173,27 +173,24 @@ def test_daemons_refused_a_permission_or_a_redis_password_stop_with_one_line(
     password the URL lacks or gets wrong: the worker and the scheduler each stop at start."""
     from tests.support.private_redis import PrivateRedis
 
-    vhost = f"{services.VHOST}-noconf"
-    services.rabbitmqctl("add_vhost", vhost)
     locked = PrivateRedis(tmp_path)
-    try:
-        services.rabbitmqctl("set_permissions", "-p", vhost, "guest", "^$", ".*", ".*")
+    with services.scratch_vhost("noconf", configure="^$") as vhost:
         locked.start()
-        locked.client.config_set("requirepass", "s3cret-pw")
-        wrong = locked.url.replace("redis://", "redis://:wrong-pw@")
-        cases = [({"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{vhost}"},
-                  "ACCESS_REFUSED"),
-                 ({"RECUR_REDIS_URL": locked.url}, "RECUR_REDIS_URL"),
-                 ({"RECUR_REDIS_URL": wrong}, "RECUR_REDIS_URL")]
-        for env, expected in cases:
-            for args in (["worker", "short"], ["scheduler"]):
-                result = run_recur(args, env, tmp_path)
-                assert result.returncode == 2, (args, env, result.stderr)
-                assert "Traceback" not in result.stderr + result.stdout
-                errors = [line for line in error_lines(result) if line.startswith("recur: ")]
-                assert len(errors) == 1 and expected in errors[0], (args, env, result.stderr)
-                assert "wrong-pw" not in result.stderr
-    finally:
-        locked.client.close()
-        locked.stop()
-        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=120)
+        try:
+            locked.client.config_set("requirepass", "s3cret-pw")
+            wrong = locked.url.replace("redis://", "redis://:wrong-pw@")
+            cases = [({"RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{vhost}"},
+                      "ACCESS_REFUSED"),
+                     ({"RECUR_REDIS_URL": locked.url}, "RECUR_REDIS_URL"),
+                     ({"RECUR_REDIS_URL": wrong}, "RECUR_REDIS_URL")]
+            for env, expected in cases:
+                for args in (["worker", "short"], ["scheduler"]):
+                    result = run_recur(args, env, tmp_path)
+                    assert result.returncode == 2, (args, env, result.stderr)
+                    assert "Traceback" not in result.stderr + result.stdout
+                    errors = [line for line in error_lines(result) if line.startswith("recur: ")]
+                    assert len(errors) == 1 and expected in errors[0], (args, env, result.stderr)
+                    assert "wrong-pw" not in result.stderr
+        finally:
+            locked.client.close()
+            locked.stop()

@@ -258,10 +258,7 @@ def test_missing_queues_are_reported_never_created(live_services: None, sqlite_u
                                                    tmp_path: Path) -> None:
     from routing.broker import inspect_queues
 
-    vhost = f"{services.VHOST}-doctor"
-    services.rabbitmqctl("add_vhost", vhost)
-    try:
-        services.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    with services.scratch_vhost("doctor") as vhost:
         url = f"amqp://guest:guest@127.0.0.1:5672/{vhost}"
         closed = services.free_port()
         result = run_doctor({"RECUR_DATABASE_URL": sqlite_url, "RECUR_BROKER_URL": url,
@@ -271,5 +268,3 @@ def test_missing_queues_are_reported_never_created(live_services: None, sqlite_u
         assert level(found, "rabbitmq queues") == "warn"
         assert "not declared yet: short, short.dead" in found["rabbitmq queues"]
         assert set(inspect_queues(url, ["short", "short.dead", "outbound"]).values()) == {None}
-    finally:
-        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=120)

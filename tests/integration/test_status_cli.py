@@ -90,15 +90,10 @@ def test_reading_never_creates_a_database_file(live_services: None, tmp_path: Pa
 
 def test_missing_queues_are_one_readable_line(fresh_pg_url: str, tmp_path: Path,
                                               live_services: None) -> None:
-    vhost = f"{services.VHOST}-empty-{uuid.uuid4().hex[:6]}"
-    services.rabbitmqctl("add_vhost", vhost)
-    try:
-        services.rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    with services.scratch_vhost("empty") as vhost:
         result, doc = status({"RECUR_DATABASE_URL": fresh_pg_url,
                               "RECUR_BROKER_URL": f"amqp://guest:guest@127.0.0.1:5672/{vhost}"},
                              tmp_path)
-    finally:
-        subprocess.run(["rabbitmqctl", "delete_vhost", vhost], capture_output=True, timeout=120)
     assert result.returncode == 0
     lines = error_lines(result)
     assert len(lines) == 1 and "recur topology" in lines[0] and "short.dead" in lines[0]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,13 +27,8 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture
 def vhost(live_services: None) -> Iterator[str]:
-    name = f"{services.VHOST}-topo-{uuid.uuid4().hex[:6]}"
-    services.rabbitmqctl("add_vhost", name)
-    try:
-        services.rabbitmqctl("set_permissions", "-p", name, "guest", ".*", ".*", ".*")
+    with services.scratch_vhost("topo") as name:
         yield name
-    finally:
-        subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=120)
 
 
 def channel(vhost: str) -> tuple[amqp.Connection, Any]:

@@ -13,6 +13,8 @@ import shutil
 import socket
 import subprocess
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,19 @@ def create_vhost() -> None:
 
 def delete_vhost() -> None:
     subprocess.run(["rabbitmqctl", "delete_vhost", VHOST], capture_output=True, timeout=120)
+
+
+@contextmanager
+def scratch_vhost(tag: str, configure: str = ".*") -> Iterator[str]:
+    """A vhost of one test's own (guest may configure what ``configure`` matches), for a test
+    that changes topology or permissions the run's shared vhost must keep; removed after."""
+    name = f"{VHOST}-{tag}-{uuid.uuid4().hex[:6]}"
+    rabbitmqctl("add_vhost", name)
+    try:
+        rabbitmqctl("set_permissions", "-p", name, "guest", configure, ".*", ".*")
+        yield name
+    finally:
+        subprocess.run(["rabbitmqctl", "delete_vhost", name], capture_output=True, timeout=120)
 
 
 def delete_redis_keys() -> None:

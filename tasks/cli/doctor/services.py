@@ -71,11 +71,13 @@ def doctor_engine(url: str) -> Engine:
 
 def database_checks(cfg: Settings) -> list[Check]:
     """The due-jobs store answers; its schema is current; PostgreSQL is set up for it."""
-    from scheduler.store.migrate import missing_sqlite_file
+    from scheduler.store.migrate import missing_sqlite_file, sqlite_path_problem
 
     url = masked(cfg.database_url)
     engine = doctor_engine(cfg.database_url)
     try:
+        if (refused := sqlite_path_problem(engine)) is not None:  # a directory, none to be in
+            return [fail("database", str(refused))]
         missing = missing_sqlite_file(engine)
         if missing is not None:
             return [fail("database", f"{url}: {missing.resolve()} does not exist: run "
@@ -85,6 +87,7 @@ def database_checks(cfg: Settings) -> list[Check]:
                 found = [ok("database", f"reachable at {url}")]
                 if engine.dialect.name == "postgresql":
                     found += postgres_checks(conn)
+            found += sqlite_checks(engine)
         except StoreUnavailable as exc:
             return [fail("database", f"cannot reach {url}: {driver_line(exc.__cause__ or exc)}"
                                      f": start it, or "
@@ -92,6 +95,22 @@ def database_checks(cfg: Settings) -> list[Check]:
         return [*found, schema_check(engine)]
     finally:
         engine.dispose()
+
+
+def sqlite_checks(engine: Engine) -> list[Check]:
+    """A SQLite store the scheduler and the workers can write (none for PostgreSQL)."""
+    from scheduler.store.migrate import sqlite_unwritable
+
+    if engine.dialect.name != "sqlite":
+        return []
+    try:
+        refused = sqlite_unwritable(engine)
+    except StoreUnavailable as exc:  # another writer holds the lock: not a verdict
+        return [warn("sqlite writable", f"not checked: {exc}")]
+    if refused is not None:
+        return [fail("sqlite writable", f"no: {refused}: the scheduler, the workers' "
+                                        "reschedules and `recur db upgrade` cannot write")]
+    return [ok("sqlite writable", "yes")]
 
 
 def driver_line(exc: BaseException) -> str:
