@@ -201,40 +201,49 @@ def nacked(url: str, queue: str) -> bool:
 
 
 @contextmanager
-def under_policy(store_url: str, name: str, definition: str) -> Iterator[tuple[DueStore, Any]]:
-    """A store and one drain-thread Scheduler (no pull-forward) while an operator's policy
-    ``name`` applies to the ``short`` queue of this run's vhost; the policy cleared after."""
+def under_policy(store_url: str, name: str, definition: str
+                 ) -> Iterator[tuple[DueStore, Any, Connection, str]]:
+    """A store, one drain-thread Scheduler (no pull-forward), a broker connection and the
+    vhost, while an operator's policy ``name`` applies to its ``short`` queue: a vhost of
+    the test's own (the policy on the run's shared ``short`` refused or expired other tests'
+    messages, and this scheduler's dead sweep took their dead letters)."""
     from config.settings import load_settings
+    from routing.queues import declare_topology
     from scheduler.drain import Scheduler
 
-    cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": store_url,
-                         "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
-    services.rabbitmqctl("set_policy", "-p", services.VHOST, "--apply-to", "queues", name,
-                         "^short$", definition)
-    store = DueStore.open(store_url)
-    scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name), cfg)
-    try:
-        yield store, scheduler
-    finally:
-        clear_policy(name)
-        scheduler.close_publishers()
-        scheduler.fill_locks.close()
-        store.close()
+    with services.scratch_vhost("policy") as vhost, \
+            Connection(f"amqp://guest:guest@127.0.0.1:5672/{vhost}") as broker:
+        cfg = load_settings({**services.test_environment(), "RECUR_DATABASE_URL": store_url,
+                             "RECUR_BROKER_URL": broker.as_uri(include_password=True),
+                             "RECUR_PULL_FORWARD": "", "RECUR_DRAIN_THREADS": "1"})
+        declare_topology(broker, cfg)
+        services.rabbitmqctl("set_policy", "-p", vhost, "--apply-to", "queues", name,
+                             "^short$", definition)
+        store = DueStore.open(store_url)
+        scheduler = Scheduler(store, ConfirmingPublisher(cfg.broker_url, TASK_EXCHANGE.name),
+                              cfg)
+        try:
+            yield store, scheduler, broker, vhost
+        finally:
+            clear_policy(vhost, name)
+            scheduler.close_publishers()
+            scheduler.fill_locks.close()
+            store.close()
 
 
-def clear_policy(name: str) -> None:
-    subprocess.run(["rabbitmqctl", "clear_policy", "-p", services.VHOST, name],
+def clear_policy(vhost: str, name: str) -> None:
+    subprocess.run(["rabbitmqctl", "clear_policy", "-p", vhost, name],
                    capture_output=True, timeout=120)
 
 
-def test_a_queue_refusing_publishes_holds_back_its_bucket_alone(
-        fresh_pg_url: str, broker: Connection) -> None:
+def test_a_queue_refusing_publishes_holds_back_its_bucket_alone(fresh_pg_url: str) -> None:
     """An operator's max-length policy with overflow reject-publish on a full bucket queue
     (in this run's vhost): the broker nacks the scheduler's batch. Its rows stay due, the
     other buckets are filled on the same connection, and the bucket is held back a while
     instead of failing every pass; once the queue takes messages again its rows go out."""
     with under_policy(fresh_pg_url, "recur-test-full",
-                      '{"max-length": 1, "overflow": "reject-publish"}') as (store, scheduler):
+                      '{"max-length": 1, "overflow": "reject-publish"}') as (
+            store, scheduler, broker, _vhost):
         url = scheduler.cfg.broker_url
         wait_for(lambda: nacked(url, "short"), 30, "short full, refusing publishes")
         store.schedule([job(f"s-{i}") for i in range(3)]
@@ -253,20 +262,19 @@ def test_a_queue_refusing_publishes_holds_back_its_bucket_alone(
         assert connections() == before + 1  # never reconnected
 
 
-def test_copies_a_queue_policy_dropped_unrun_are_dispatched_again(
-        fresh_pg_url: str, broker: Connection) -> None:
+def test_copies_a_queue_policy_dropped_unrun_are_dispatched_again(fresh_pg_url: str) -> None:
     """An operator's message-ttl policy on a bucket queue (in this run's vhost): the copies
     expire unconsumed into the dead-letter queue. The sweep makes their jobs due again at
     once (not after the 30-minute lease) and takes the copies out of ``.dead``."""
     with under_policy(fresh_pg_url, "recur-test-ttl", '{"message-ttl": 50}') as (
-            store, scheduler):
+            store, scheduler, broker, vhost):
         wait_for(lambda: "recur-test-ttl" in subprocess.run(
-            ["rabbitmqctl", "list_queues", "-p", services.VHOST, "name", "policy"],
+            ["rabbitmqctl", "list_queues", "-p", vhost, "name", "policy"],
             capture_output=True, text=True, timeout=120).stdout, 30, "the policy applied")
         store.schedule([job(f"t-{i}") for i in range(3)], now())
         assert scheduler.pass_once() == 3
         wait_for(lambda: queue_depth(broker, "short.dead") == 3, 30, "the copies expired")
-        clear_policy("recur-test-ttl")
+        clear_policy(vhost, "recur-test-ttl")
         wait_for(lambda: scheduler.dead_sweep.run() >= 0
                  and store.stats(now())["short"].scheduled == 3, 30, "the jobs due again")
         assert queue_depth(broker, "short.dead") == 0
