@@ -28,7 +28,7 @@ from typing import Protocol
 from sqlalchemy.engine import make_url
 
 from scheduler.store.base import task_codes
-from scheduler.store.conflicts import CONFLICTS
+from scheduler.store.conflicts import rerun_conflicts
 from scheduler.store.connection import (
     KEY_TAKEN,
     connect_url,
@@ -170,13 +170,9 @@ class PostgresBulk(_Closing):
                     return BulkResult(rows, rows)
                 except KEY_TAKEN:
                     self.direct = False
-            for attempt in range(1, MERGE_ATTEMPTS + 1):
-                try:
-                    return BulkResult(rows, self._copy(COPY_STAGE, data, MERGE_STAGE))
-                except CONFLICTS:  # another loader's merge deadlocked with this one
-                    if attempt == MERGE_ATTEMPTS:
-                        raise
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            # another loader's merge deadlocked with this one: run again (conflicts.py)
+            return rerun_conflicts(lambda: BulkResult(
+                rows, self._copy(COPY_STAGE, data, MERGE_STAGE)), MERGE_ATTEMPTS)
 
     def _copy(self, statement: str, data: bytes | memoryview, then: str | None = None) -> int:
         """COPY ``data`` with ``statement`` and run ``then``; the rows ``then`` inserted."""
