@@ -175,3 +175,32 @@ def test_the_releaser_goes_on_running_the_users_jobs_whatever_the_backlog(
     assert max(gaps) < 0.5, f"a handover waited {max(gaps):.2f}s"
     assert runtime().store.stats().get("published", 0) == published  # never the broker
     assert queue_depth(broker, "short") > 0, "the backlog was gone before the user finished"
+
+
+@pytest.mark.parametrize("raised", ["SystemExit", "MemoryError"])
+def test_a_chained_job_that_raises_no_exception_fails_alone(
+        broker: Connection, start_worker: Any, redis_client: redis.Redis, raised: str) -> None:
+    """A parked job run by the process that released the lock (the chain) raising what
+    is no Exception is that job's failure: run once more through the broker at once,
+    while the job before it, which succeeded, is not failed nor run again."""
+    child, _ = start_worker("short", concurrency=2, args=INCLUDE)
+    user = f"chain-exit-{raised}"
+    first = locked_work.delay(message(user, 0, ms=800))
+    wait_for(lambda: any(r["id"] == f"{user}-0" for r in read_runs(redis_client)), 20,
+             "the first job to hold the lock")
+    locked_work.delay(message(user, 1, exit_first=raised))  # parked, then chained
+    locked_work.delay(message(user, 2))
+
+    def ends(i: int) -> int:
+        return sum(1 for r in read_runs(redis_client) if r["id"] == f"{user}-{i}" and
+                   r["ev"] == "end")
+
+    # Well within the lock's 30 s TTL: a lock left held would wait for it.
+    wait_for(lambda: ends(1) == 2 and ends(2) == 1, 20, "the failed job's second run")
+    runs = runs_by_user(redis_client, {user})[user]
+    starts = [r["id"] for r in runs if r["ev"] == "start"]
+    assert starts == [f"{user}-{i}" for i in (0, 1, 1, 2)]
+    assert_one_at_a_time_in_order(runs, starts)
+    assert runs[0]["pid"] == runs[2]["pid"]  # the chain ran it, in the first job's process
+    assert runtime().store.holder(user) is None
+    wait_for(lambda: f"[{first.id}] succeeded" in child.log(), 10, "the first job's success")

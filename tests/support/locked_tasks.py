@@ -42,7 +42,8 @@ def read_runs(client: redis.Redis) -> list[dict[str, Any]]:
 @user_lock()
 def locked_work(self: MessageTask, message: Any) -> None:
     """Hold the user's lock for ``payload["ms"]`` milliseconds (``payload["again_ms"]``
-    when it runs again), recording the run."""
+    when it runs again), recording the run; ``payload["exit_first"]`` names what its first
+    run raises then (SystemExit, KeyboardInterrupt or MemoryError)."""
     msg = self.message(message)
     payload = msg["payload"] or {}
     attempt = int(recorder().incr(f"{runs_key()}:attempts:{msg['id']}"))
@@ -50,6 +51,9 @@ def locked_work(self: MessageTask, message: Any) -> None:
     ms = payload.get("ms", 5) if attempt == 1 else payload.get("again_ms", payload.get("ms", 5))
     time.sleep(float(ms) / 1000)
     record("end", self, msg, attempt=attempt)
+    if attempt == 1 and payload.get("exit_first"):  # what no Exception is, once
+        raise {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt,
+               "MemoryError": MemoryError}[payload["exit_first"]](f"{msg['id']} exits")
 
 
 @app.task(bind=True, base=MessageTask, name="tests.unlocked_work")
