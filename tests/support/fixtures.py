@@ -14,6 +14,7 @@ import redis
 from kombu import Connection
 
 from config.buckets_in_use import BUCKETS
+from routing.waits import LEVELS, level_name
 from tests.support import services
 
 
@@ -44,12 +45,16 @@ def celery_app(live_services: None) -> Any:
 
 @pytest.fixture
 def broker(celery_app: Any) -> Iterator[Connection]:
-    """A broker connection; every bucket queue and dead queue is empty at the start."""
+    """A broker connection; every bucket queue and dead queue is empty at the start, and
+    so are the short-wait queues: an earlier test's rate-limited jobs waiting there
+    (up to routing.waits.MAX_WAIT) would arrive in this test's bucket queue."""
     with celery_app.connection_for_write() as conn:
         with conn.channel() as channel:
             for bucket in BUCKETS:
                 for name in (bucket.queue, bucket.dead_queue):
                     channel.queue_purge(name)
+            for level in range(LEVELS):
+                channel.queue_purge(level_name(level))
         yield conn
 
 
