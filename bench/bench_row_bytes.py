@@ -4,8 +4,9 @@
 loads the same ``--rows`` rows, shaped as the seed's generated population
 (spark/generate.py: keys ``gen-1-<n>``, 70/25/5 % short/medium/long, UUID users
 with ten jobs each on average, ``[user, {"n": n, "data": <4 to 64 hex>}]``, three
-in ten naming a kind), into three tables of one schema, each packed as a bulk
-load leaves it (indexes built after the rows):
+in ten naming a kind; unique due times over an hour, as a worker's reschedules
+give), into three tables of one schema, each packed as a bulk load leaves it
+(indexes built after the rows, the primary key rebuilt):
 
 - ``recur``: the migrated ``due_jobs`` with every index (what the seed loads);
 - ``minimal_drain``: key, bucket, due time and arguments, the primary key and the
