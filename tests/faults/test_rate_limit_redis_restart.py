@@ -67,6 +67,7 @@ def test_redis_restarted_empty_mid_run_limits_resume_and_no_job_is_lost(
     tag = uuid.uuid4().hex[:6]
     sent = [{"id": f"{key}-{tag}-{i}", "user_id": f"{key}-{tag}", "bucket": "short",
              "payload": {"ms": 5}} for key, n in JOBS.items() for i in range(n)]
+
     def own(starts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """This test's jobs' starts: an earlier test's rate-limited job may still have been
         waiting in the broker's short-wait queues, and arrive in this test's worker."""
